@@ -1,0 +1,494 @@
+"""Data: read a task's split files, parse and validate every row, tokenize, and cache the result.
+
+Flow for one (task, split): file (tsv/csv/jsonl under the data root, a ``datasets`` hub id, or a split carved
+from another) -> :class:`Example` rows with parsed labels -> tokenized ``datasets.Dataset`` saved under the
+cache directory, keyed by the file's bytes, the parsing rules, the tokenizer and the max length ->
+:class:`TokenizedSplit`, the in-memory form that loaders index.
+
+Files are parsed with Python's ``csv`` module rather than pandas: every field stays a string ("NA" and "n/a"
+are text, not missing values), ``quoting: none`` keeps stray ``"`` characters of GLUE tsv files, CRLF line ends,
+a UTF-8 BOM and trailing blank lines load correctly, and each row keeps its 1-based physical line number so a
+malformed row can be named exactly. ``datasets`` stores and memory-maps the tokenized result.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import logging
+import math
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from .errors import DataError
+from .taskdef import SplitSpec, TaskDef
+
+log = logging.getLogger(__name__)
+
+DATA_DIR_ENV = "MTDNN_DATA_DIR"
+CACHE_DIR_ENV = "MTDNN_CACHE_DIR"
+LABELLED_SPLITS = ("train", "dev")
+
+
+def resolve_data_dir(flag: str | None) -> Path:
+    """The data root: ``--data-dir``, else ``$MTDNN_DATA_DIR``, else ``../shared/data`` when it exists.
+
+    ``../shared/data`` is looked for beside the current directory first, then beside the source checkout.
+
+    Raises:
+        DataError: the chosen directory does not exist, or none was given and no default exists.
+    """
+    chosen = flag or os.environ.get(DATA_DIR_ENV)
+    if chosen:
+        path = Path(chosen).expanduser()
+        origin = "--data-dir" if flag else f"${DATA_DIR_ENV}"
+        if not path.is_dir():
+            raise DataError(f"{path}: data directory ({origin}) does not exist")
+        return path.resolve()
+    for candidate in (Path.cwd().parent / "shared" / "data", Path(__file__).resolve().parents[2] / "shared" / "data"):
+        if candidate.is_dir():
+            return candidate.resolve()
+    raise DataError(f"no data directory: pass --data-dir or set ${DATA_DIR_ENV} (../shared/data does not exist)")
+
+
+def cache_dir() -> Path:
+    """Where tokenized splits are cached: ``$MTDNN_CACHE_DIR`` or ``~/.cache/mtdnn`` (never beside the data)."""
+    return Path(os.environ.get(CACHE_DIR_ENV) or Path.home() / ".cache" / "mtdnn").expanduser()
+
+
+@dataclass
+class Example:
+    """One parsed row: texts, label (class id, score or correct-candidate index; None when unlabelled)."""
+
+    id: str
+    line: int
+    text_a: str
+    text_b: str | None = None
+    candidates: list[str] | None = None
+    label: int | float | None = None
+
+
+@dataclass
+class RawSplit:
+    """The parsed rows of one split and where they came from (``source`` for messages, ``digest`` for caching)."""
+
+    task: str
+    split: str
+    source: str
+    digest: str
+    examples: list[Example] = field(default_factory=list)
+
+    @property
+    def labelled(self) -> bool:
+        return bool(self.examples) and self.examples[0].label is not None
+
+
+# ----------------------------------------------------------------------------------------------- reading files
+
+
+def _file_digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _read_table(path: Path, spec: SplitSpec) -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
+    """Rows of a tsv/csv/jsonl file as ``(physical_line, {column: value})``; also the column names.
+
+    A row with the wrong number of fields gets ``{"__fields__": str(count)}`` so the caller can report it
+    with the task's policy (error or skip).
+    """
+    rows: list[tuple[int, dict[str, str]]] = []
+    if spec.format == "jsonl":
+        columns: list[str] = []
+        with path.open(encoding=spec.encoding, newline="") as f:
+            for number, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError as err:
+                    rows.append((number, {"__error__": f"not valid JSON ({err.msg})"}))
+                    continue
+                if not isinstance(obj, dict):
+                    rows.append((number, {"__error__": "a JSON line must be an object"}))
+                    continue
+                rows.append((number, {str(k): "" if v is None else str(v) for k, v in obj.items()}))
+                columns = columns or [str(k) for k in obj]
+        return columns, rows
+
+    delimiter = "\t" if spec.format == "tsv" else ","
+    quoting = csv.QUOTE_NONE if spec.resolved_quoting == "none" else csv.QUOTE_MINIMAL
+    csv.field_size_limit(sys.maxsize)
+    with path.open(encoding=spec.encoding, newline="") as f:
+        reader = csv.reader(f, delimiter=delimiter, quoting=quoting)
+        columns = list(spec.columns) if spec.columns else []
+        consumed = 0
+        first = True
+        for record in reader:
+            start, consumed = consumed + 1, reader.line_num
+            if not record or all(not v.strip() for v in record):
+                continue  # blank line (trailing blank lines, CRLF leftovers)
+            if first and spec.header:
+                first = False
+                if not spec.columns:
+                    columns = [c.strip() for c in record]
+                continue
+            first = False
+            if len(record) != len(columns):
+                rows.append((start, {"__fields__": str(len(record))}))
+                continue
+            rows.append((start, dict(zip(columns, record))))
+    return columns, rows
+
+
+def _read_hub(spec: SplitSpec) -> tuple[list[str], list[tuple[int, dict[str, str]]], str]:
+    import datasets
+
+    hub = spec.hub
+    assert hub is not None
+    try:
+        ds = datasets.load_dataset(hub.path, hub.name, split=hub.split)
+    except Exception as err:  # network or name problems: the hub raises many types
+        raise DataError(f"hub dataset {hub.path}/{hub.name or ''}[{hub.split}]: cannot load ({err})") from None
+    rows = [(i + 1, {k: "" if v is None else str(v) for k, v in r.items()}) for i, r in enumerate(ds)]
+    return list(ds.column_names), rows, f"hub:{hub.path}:{hub.name}:{hub.split}:{ds._fingerprint}"
+
+
+def _parse_label(task: TaskDef, value: str) -> int | float:
+    """Parse a label field; raises ValueError with a reason naming the valid values."""
+    value = value.strip()
+    if task.type == "classification":
+        assert task.labels is not None
+        if value in task.labels:
+            return task.labels.index(value)
+        if value.lstrip("-").isdigit() and 0 <= int(value) < len(task.labels):
+            return int(value)
+        raise ValueError(f"not a label of this task (labels: {', '.join(task.labels)}, or their ids 0..{len(task.labels) - 1})")
+    if task.type == "regression":
+        try:
+            score = float(value)
+        except ValueError:
+            raise ValueError("not a number") from None
+        if not math.isfinite(score):
+            raise ValueError("not a finite number")
+        return score
+    k = task.num_candidates
+    if value.lstrip("-").isdigit() and 0 <= int(value) < k:
+        return int(value)
+    raise ValueError(f"not a candidate index 0..{k - 1}")
+
+
+def _build_examples(task: TaskDef, split: str, source: str, columns: list[str], rows) -> list[Example]:
+    needed = list(task.text) + list(task.candidates or [])
+    spec = task.splits[split]
+    for col in needed + ([spec.id] if spec.id else []):
+        if columns and col not in columns:
+            field_name = "id" if col == spec.id else ("candidates" if col in (task.candidates or []) else "text")
+            raise DataError(f"{source}: task '{task.name}', field '{field_name}': column '{col}' is not in the file "
+                            f"(columns: {', '.join(columns)})")
+    has_label = not columns or task.label in columns
+    if not has_label and split in LABELLED_SPLITS:
+        raise DataError(f"{source}: task '{task.name}', field 'label': column '{task.label}' is not in the file "
+                        f"(columns: {', '.join(columns)})")
+
+    examples: list[Example] = []
+    for line, row in rows:
+        problem = None
+        if "__fields__" in row:
+            problem = ("row", row["__fields__"], f"expected {len(columns)} fields ({', '.join(columns)})")
+        elif "__error__" in row:
+            problem = ("row", "", row["__error__"])
+        else:
+            missing = [c for c in needed + ([task.label] if has_label else []) if c not in row]
+            if missing:
+                problem = (missing[0], "", "field is missing")
+        label = None
+        if problem is None and has_label:
+            try:
+                label = _parse_label(task, row[task.label])
+            except ValueError as err:
+                problem = (task.label, row[task.label], str(err))
+        if problem is not None:
+            col, value, reason = problem
+            message = (f"{source}: line {line}: task '{task.name}', field '{col}': {reason}"
+                       + (f" (value: {value!r})" if col != "row" else f" (found {value} fields)" if value else ""))
+            if task.on_malformed == "skip":
+                log.warning("skipping malformed row: %s", message)
+                continue
+            raise DataError(message + " [set on_malformed: skip in the task definition to skip such rows]")
+        texts = [row[c] for c in task.text]
+        if task.type == "ranking":
+            ex = Example(id="", line=line, text_a=" ".join(texts), candidates=[row[c] for c in task.candidates or []])
+        else:
+            ex = Example(id="", line=line, text_a=texts[0], text_b=texts[1] if len(texts) > 1 else None)
+        ex.id = row[spec.id] if spec.id else str(len(examples))
+        ex.label = label
+        examples.append(ex)
+    return examples
+
+
+def _file_path(task: TaskDef, split: str, data_dir: Path) -> Path:
+    spec = task.splits[split]
+    assert spec.path is not None
+    path = data_dir / spec.path
+    if not path.is_file():
+        raise DataError(f"{path}: task '{task.name}', split '{split}': file not found "
+                        f"(data root {data_dir}; set --data-dir or ${DATA_DIR_ENV})")
+    return path
+
+
+def _source_digest(task: TaskDef, split: str, data_dir: Path) -> str | None:
+    """A digest of everything a split's rows depend on (file bytes, carving); None for hub splits."""
+    spec = task.splits[split]
+    if spec.hub is not None:
+        return None
+    if spec.carve is not None:
+        parent = _source_digest(task, spec.carve.from_split, data_dir)
+        return parent and f"{parent}:carve:{spec.carve.size}:{spec.carve.seed}"
+    digest = _file_digest(_file_path(task, split, data_dir))
+    for other, other_spec in task.splits.items():
+        if other_spec.carve is not None and other_spec.carve.from_split == split:
+            digest += f":minus:{other}:{other_spec.carve.size}:{other_spec.carve.seed}"
+    return digest
+
+
+def _read_source(task: TaskDef, split: str, data_dir: Path) -> RawSplit:
+    spec = task.splits[split]
+    if spec.hub is not None:
+        columns, rows, digest = _read_hub(spec)
+        source = f"hub:{spec.hub.path}"
+    else:
+        path = _file_path(task, split, data_dir)
+        source, digest = str(path), _file_digest(path)
+        columns, rows = _read_table(path, spec)
+    examples = _build_examples(task, split, source, columns, rows)
+    return RawSplit(task.name, split, source, digest, examples)
+
+
+def _carved_positions(n: int, size: int, seed: int, source: str, task: str) -> list[int]:
+    if size >= n:
+        raise DataError(f"{source}: task '{task}', field 'carve.size': {size} is not below the {n} rows it carves from")
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randperm(n, generator=generator)[:size].sort().values.tolist()
+
+
+def load_split(task: TaskDef, split: str, data_dir: Path) -> RawSplit:
+    """Parse and validate one split of a task.
+
+    A ``carve`` split takes a seeded subset of another split; that split then excludes those rows.
+
+    Raises:
+        DataError: the split is not defined, its file is missing or empty, a column is missing, or a row is
+            malformed (naming file, 1-based physical line, field and value) and ``on_malformed`` is ``error``.
+    """
+    if split not in task.splits:
+        raise DataError(f"task '{task.name}' has no split '{split}' (splits: {', '.join(task.splits)})")
+    spec = task.splits[split]
+    if spec.carve is not None:
+        parent = _read_source(task, spec.carve.from_split, data_dir)
+        keep = _carved_positions(len(parent.examples), spec.carve.size, spec.carve.seed, parent.source, task.name)
+        examples = [parent.examples[i] for i in keep]
+        raw = RawSplit(task.name, split, f"{parent.source} (carved {split})", "", examples)
+    else:
+        raw = _read_source(task, split, data_dir)
+        for other, other_spec in task.splits.items():
+            if other_spec.carve is not None and other_spec.carve.from_split == split:
+                carved = set(_carved_positions(len(raw.examples), other_spec.carve.size, other_spec.carve.seed,
+                                               raw.source, task.name))
+                raw.examples = [ex for i, ex in enumerate(raw.examples) if i not in carved]
+    raw.digest = _source_digest(task, split, data_dir) or raw.digest
+    if not raw.examples:
+        raise DataError(f"{raw.source}: task '{task.name}', split '{split}' has no rows")
+    return raw
+
+
+def check_files(task: TaskDef, splits: Sequence[str], data_dir: Path) -> None:
+    """Fail early if a split is undefined or its file is missing (no parsing).
+
+    Raises:
+        DataError: naming the task, split and expected path.
+    """
+    for split in splits:
+        if split not in task.splits:
+            raise DataError(f"task '{task.name}' has no split '{split}' (splits: {', '.join(task.splits)})")
+        _source_digest(task, split, data_dir)
+
+
+# ----------------------------------------------------------------------------------------------- tokenization
+
+
+def tokenizer_fingerprint(tokenizer) -> str:
+    """A hash of the tokenizer's full definition (vocabulary, normalisation, special tokens)."""
+    h = hashlib.sha256(type(tokenizer).__name__.encode())
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    h.update(backend.to_str().encode() if backend is not None else json.dumps(tokenizer.get_vocab(), sort_keys=True).encode())
+    h.update(json.dumps(list(tokenizer.model_input_names)).encode())
+    return h.hexdigest()[:16]
+
+
+@dataclass
+class TokenizedSplit(torch.utils.data.Dataset):
+    """A tokenized split in memory. Item ``i`` is a dict of python lists (one row of the batch to be).
+
+    ``input_ids[i]`` is ``list[int]`` (length <= max_length); for ranking tasks it is a list of
+    ``num_candidates`` such sequences. ``lengths[i]`` is the (longest) sequence length in tokens.
+    ``labels`` is None for an unlabelled split.
+    """
+
+    task: str
+    split: str
+    ids: list[str]
+    input_ids: list
+    token_type_ids: list | None
+    labels: list | None
+    lengths: list[int]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        item = {"idx": i, "input_ids": self.input_ids[i]}
+        if self.token_type_ids is not None:
+            item["token_type_ids"] = self.token_type_ids[i]
+        if self.labels is not None:
+            item["label"] = self.labels[i]
+        return item
+
+    def head(self, n: int) -> "TokenizedSplit":
+        """The first ``n`` rows (``--limit-train-examples``)."""
+        cut = lambda seq: None if seq is None else seq[:n]  # noqa: E731
+        return TokenizedSplit(self.task, self.split, self.ids[:n], self.input_ids[:n], cut(self.token_type_ids),
+                              cut(self.labels), self.lengths[:n])
+
+    def subset(self, positions: Sequence[int]) -> "TokenizedSplit":
+        """The rows at ``positions``, in that order."""
+        pick = lambda seq: None if seq is None else [seq[i] for i in positions]  # noqa: E731
+        return TokenizedSplit(self.task, self.split, pick(self.ids), pick(self.input_ids), pick(self.token_type_ids),
+                              pick(self.labels), pick(self.lengths))
+
+
+def _tokenize(raw: RawSplit, task: TaskDef, tokenizer, max_length: int) -> dict[str, list]:
+    use_types = "token_type_ids" in tokenizer.model_input_names
+    kwargs = dict(truncation=True, max_length=max_length, return_attention_mask=False,
+                  return_token_type_ids=use_types)
+    exs = raw.examples
+    if task.type == "ranking":
+        k = task.num_candidates
+        firsts = [ex.text_a for ex in exs for _ in range(k)]
+        seconds = [c for ex in exs for c in ex.candidates or []]
+        enc = tokenizer(firsts, seconds, **kwargs)
+        group = lambda seq: [seq[i * k:(i + 1) * k] for i in range(len(exs))]  # noqa: E731
+        input_ids = group(enc["input_ids"])
+        token_types = group(enc["token_type_ids"]) if use_types else None
+        lengths = [max(len(s) for s in g) for g in input_ids]
+    else:
+        seconds = [ex.text_b for ex in exs] if task.text[1:] else None
+        enc = tokenizer([ex.text_a for ex in exs], seconds, **kwargs)
+        input_ids = enc["input_ids"]
+        token_types = enc["token_type_ids"] if use_types else None
+        lengths = [len(s) for s in input_ids]
+    columns = {"id": [ex.id for ex in exs], "input_ids": input_ids, "length": lengths}
+    if token_types is not None:
+        columns["token_type_ids"] = token_types
+    if raw.labelled:
+        columns["label"] = [ex.label for ex in exs]
+    return columns
+
+
+def _cache_key(digest: str, task: TaskDef, split: str, tokenizer, max_length: int) -> str:
+    rules = task.to_plain()
+    parse_rules = {k: rules.get(k) for k in ("type", "text", "candidates", "label", "labels", "on_malformed")}
+    parse_rules["splits"] = {k: v.model_dump(mode="json") for k, v in task.splits.items()}
+    payload = json.dumps({"v": 1, "digest": digest, "rules": parse_rules, "max_length": max_length,
+                          "tokenizer": tokenizer_fingerprint(tokenizer)}, sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:24]
+
+
+def tokenized_split(task: TaskDef, split: str, data_dir: Path, tokenizer, max_length: int | None = None,
+                    use_cache: bool = True) -> TokenizedSplit:
+    """Parse (see :func:`load_split`), tokenize and cache one split; reuse the cache when nothing changed.
+
+    Pairs are tokenized as ``tokenizer(text_a, text_b)`` (segment ids where the tokenizer has them),
+    truncated to ``max_length`` (default: the task's). The cache key covers the file's bytes, the parsing
+    rules, the tokenizer and the max length, so editing any of them re-tokenizes. Cache entries are written
+    to a temporary directory and renamed into place.
+
+    Raises:
+        DataError: see :func:`load_split`.
+    """
+    import datasets
+
+    max_length = max_length or task.max_length
+    if split not in task.splits:
+        raise DataError(f"task '{task.name}' has no split '{split}' (splits: {', '.join(task.splits)})")
+    digest = _source_digest(task, split, data_dir)
+    raw = load_split(task, split, data_dir) if digest is None else None
+    key = _cache_key(digest or raw.digest, task, split, tokenizer, max_length)
+    path = cache_dir() / "tokenized" / f"{task.name}-{split}-{key}"
+    ds = None
+    if use_cache and path.is_dir():
+        try:
+            ds = datasets.load_from_disk(str(path))
+        except Exception:  # a damaged cache entry is rebuilt
+            shutil.rmtree(path, ignore_errors=True)
+    if ds is None:
+        raw = raw or load_split(task, split, data_dir)
+        ds = datasets.Dataset.from_dict(_tokenize(raw, task, tokenizer, max_length))
+        if use_cache:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(prefix=path.name + ".", dir=path.parent))
+            ds.save_to_disk(str(tmp))
+            try:
+                os.replace(tmp, path)
+            except OSError:  # another process wrote it first
+                shutil.rmtree(tmp, ignore_errors=True)
+    columns = ds.to_dict()
+    return TokenizedSplit(task=task.name, split=split, ids=columns["id"], input_ids=columns["input_ids"],
+                          token_type_ids=columns.get("token_type_ids"), labels=columns.get("label"),
+                          lengths=columns["length"])
+
+
+# ----------------------------------------------------------------------------------------------- batching
+
+
+def collate(features: list[dict[str, Any]], task: TaskDef, pad_token_id: int, pad_to_multiple_of: int = 1) -> dict:
+    """Pad a list of items from :class:`TokenizedSplit` into a batch for ``task`` (dynamic padding).
+
+    Returns a dict with ``task`` (name), ``input_ids``, ``attention_mask`` and, if present, ``token_type_ids``,
+    each ``(batch * num_candidates, seq_len)`` int64 with ``seq_len`` the longest sequence rounded up to
+    ``pad_to_multiple_of``; ``idx`` ``(batch,)`` row positions; ``weight`` ``(batch,)`` float32 (0 masks an
+    example out of loss and metrics: used for DDP padding); ``labels`` ``(batch,)`` (int64 class or candidate
+    index, or float32 score) when the split is labelled.
+    """
+    seqs = [s for f in features for s in (f["input_ids"] if task.type == "ranking" else [f["input_ids"]])]
+    longest = max(len(s) for s in seqs)
+    seq_len = -(-longest // pad_to_multiple_of) * pad_to_multiple_of
+    input_ids = torch.full((len(seqs), seq_len), pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(seqs), seq_len), dtype=torch.long)
+    for row, s in enumerate(seqs):
+        input_ids[row, : len(s)] = torch.tensor(s, dtype=torch.long)
+        attention_mask[row, : len(s)] = 1
+    batch = {"task": task.name, "input_ids": input_ids, "attention_mask": attention_mask,
+             "idx": torch.tensor([f["idx"] for f in features], dtype=torch.long),
+             "weight": torch.tensor([f.get("weight", 1.0) for f in features], dtype=torch.float32)}
+    if "token_type_ids" in features[0]:
+        types = [t for f in features for t in (f["token_type_ids"] if task.type == "ranking" else [f["token_type_ids"]])]
+        token_type_ids = torch.zeros((len(seqs), seq_len), dtype=torch.long)
+        for row, t in enumerate(types):
+            token_type_ids[row, : len(t)] = torch.tensor(t, dtype=torch.long)
+        batch["token_type_ids"] = token_type_ids
+    if "label" in features[0]:
+        dtype = torch.float32 if task.type == "regression" else torch.long
+        batch["labels"] = torch.tensor([f["label"] for f in features], dtype=dtype)
+    return batch

@@ -1,0 +1,105 @@
+"""Export a trained model to a directory that stands alone, and load it back.
+
+Layout::
+
+    export/
+      encoder/              Hugging Face format: config.json, model.safetensors, tokenizer files
+                            (loads with transformers.AutoModel.from_pretrained and AutoTokenizer)
+      heads.safetensors     every task head's weights, keys "<task>.<parameter>"
+      tasks.yaml            the task definitions the heads were trained for
+      mtdnn_export.json     format version, task names, the original encoder name
+
+The export is written to a temporary directory beside the target and renamed into place.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import yaml
+from safetensors.torch import load_file, save_file
+
+from .errors import CheckpointError
+from .model import MultiTaskModel, load_encoder, load_tokenizer
+from .taskdef import TaskDef, parse_tasks
+
+EXPORT_META = "mtdnn_export.json"
+FORMAT_VERSION = 1
+
+
+def is_export_dir(path: str | Path) -> bool:
+    """Whether ``path`` holds an mtdnn export."""
+    return (Path(path) / EXPORT_META).is_file()
+
+
+def export_model(model: MultiTaskModel, tokenizer, tasks: dict[str, TaskDef], out_dir: str | Path,
+                 source_encoder: str) -> Path:
+    """Write ``model`` (float32, on CPU) with its tokenizer and task definitions to ``out_dir`` atomically."""
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        model.encoder.save_pretrained(tmp / "encoder")
+        tokenizer.save_pretrained(tmp / "encoder")
+        heads = {f"{k}": v.detach().float().cpu().contiguous() for k, v in model.heads.state_dict().items()}
+        save_file(heads, str(tmp / "heads.safetensors"))
+        doc = {"tasks": {name: {k: v for k, v in t.to_plain().items() if k != "name"} for name, t in tasks.items()}}
+        (tmp / "tasks.yaml").write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+        meta = {"format": FORMAT_VERSION, "tasks": list(tasks), "source_encoder": source_encoder}
+        (tmp / EXPORT_META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        os.replace(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out_dir
+
+
+def load_export_tasks(export_dir: str | Path) -> dict[str, TaskDef]:
+    """The task definitions stored in an export."""
+    path = Path(export_dir) / "tasks.yaml"
+    return parse_tasks(yaml.safe_load(path.read_text(encoding="utf-8")), str(path))
+
+
+def load_export(export_dir: str | Path, trust_remote_code: bool = False) -> tuple[MultiTaskModel, object, dict[str, TaskDef]]:
+    """Load ``(model, tokenizer, tasks)`` from an export directory (no training run needed).
+
+    Raises:
+        CheckpointError: not an export, or its heads do not match its task definitions.
+    """
+    export_dir = Path(export_dir)
+    if not is_export_dir(export_dir):
+        raise CheckpointError(f"{export_dir}: not an mtdnn export (no {EXPORT_META})")
+    tasks = load_export_tasks(export_dir)
+    encoder = load_encoder(str(export_dir / "encoder"), trust_remote_code=trust_remote_code)
+    tokenizer = load_tokenizer(str(export_dir / "encoder"), trust_remote_code=trust_remote_code)
+    model = MultiTaskModel(encoder, tasks)
+    state = load_file(str(export_dir / "heads.safetensors"))
+    try:
+        model.heads.load_state_dict(state)
+    except RuntimeError as err:
+        raise CheckpointError(f"{export_dir}/heads.safetensors: heads do not match tasks.yaml ({err})") from None
+    model.eval()
+    return model, tokenizer, tasks
+
+
+def resolve_export(path: str | Path) -> Path:
+    """An export directory from a run directory (``RUN/export``) or an export directory itself.
+
+    Raises:
+        CheckpointError: neither a complete run nor an export.
+    """
+    path = Path(path)
+    if is_export_dir(path):
+        return path
+    if is_export_dir(path / "export"):
+        from .runs import complete_run
+
+        complete_run(path)
+        return path / "export"
+    raise CheckpointError(f"{path}: neither an mtdnn run directory with an export nor an export directory")

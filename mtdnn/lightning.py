@@ -1,0 +1,226 @@
+"""Lightning glue: the DataModule (data and schedule) and the LightningModule (forward, losses, metrics, optimizer).
+
+Research code only: devices, precision, DDP, checkpoints and loggers belong to the Trainer built by
+:mod:`mtdnn.train`. Each training batch is one task's batch (see :mod:`mtdnn.schedule`); each task has its own
+validation loader and torchmetrics collection.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from torch.utils.data import DataLoader
+
+from .data import TokenizedSplit, collate, tokenized_split
+from .losses import LOSSES
+from .metrics import average_score, build_metrics, compute_metrics, update_metrics
+from .model import MultiTaskModel, load_encoder
+from .schedule import EvalBatchSampler, MultiTaskBatchSampler, TaskSize
+from .taskdef import TaskDef
+
+# ------------------------------------------------------------------------------------------------------ data
+
+
+class MultiTaskTrainSet(torch.utils.data.Dataset):
+    """Indexes several tasks' training splits by the schedule's keys ``(task_index, row, weight)``."""
+
+    def __init__(self, splits: list[TokenizedSplit]):
+        self.splits = splits
+
+    def __len__(self) -> int:
+        return sum(len(s) for s in self.splits)
+
+    def __getitem__(self, key: tuple[int, int, float]) -> dict[str, Any]:
+        task, row, weight = key
+        item = self.splits[task][row]
+        item["task_index"], item["weight"] = task, weight
+        return item
+
+
+class TaskCollator:
+    """``collate_fn`` for batches that hold one task each (the task is read from the items or fixed)."""
+
+    def __init__(self, tasks: list[TaskDef], pad_token_id: int, pad_to_multiple_of: int = 1):
+        self.tasks, self.pad_token_id, self.pad_to_multiple_of = tasks, pad_token_id, pad_to_multiple_of
+
+    def __call__(self, features: list[dict[str, Any]]) -> dict:
+        task = self.tasks[features[0].get("task_index", 0)]
+        return collate(features, task, self.pad_token_id, self.pad_to_multiple_of)
+
+
+class MultiTaskDataModule(pl.LightningDataModule):
+    """Tokenized, cached splits of several tasks; one scheduled train loader, one dev loader per task.
+
+    Args:
+        tasks: task definitions, in order (the order of the dev loaders).
+        data_dir: the data root.
+        tokenizer: the encoder's fast tokenizer.
+        batch_size: the global train batch (split across DDP ranks).
+        eval_batch_size: per-rank dev batch.
+        schedule, temperature, seed: see :class:`~mtdnn.schedule.MultiTaskBatchSampler`.
+        limit_train_examples: keep the first N rows of each task's train split (None: all).
+        max_length: overrides every task's ``max_length`` when given.
+        pad_to_multiple_of: pad sequence length to a multiple (8 suits tensor cores).
+    """
+
+    def __init__(self, tasks: dict[str, TaskDef], data_dir: Path, tokenizer, batch_size: int = 32,
+                 eval_batch_size: int = 64, schedule: str = "proportional", temperature: float = 1.0,
+                 seed: int = 0, limit_train_examples: int | None = None, max_length: int | None = None,
+                 pad_to_multiple_of: int = 1, num_workers: int = 0):
+        super().__init__()
+        self.tasks, self.data_dir, self.tokenizer = tasks, data_dir, tokenizer
+        self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
+        self.schedule, self.temperature, self.seed = schedule, temperature, seed
+        self.limit_train_examples, self.max_length = limit_train_examples, max_length
+        self.pad_to_multiple_of, self.num_workers = pad_to_multiple_of, num_workers
+        self.train_sets: list[TokenizedSplit] = []
+        self.dev_sets: dict[str, TokenizedSplit] = {}
+        self.train_sampler: MultiTaskBatchSampler | None = None
+
+    @property
+    def dev_tasks(self) -> list[str]:
+        """Tasks with a dev split, in order: these are scored each epoch."""
+        return [name for name, t in self.tasks.items() if "dev" in t.splits]
+
+    def _split(self, task: TaskDef, split: str) -> TokenizedSplit:
+        return tokenized_split(task, split, self.data_dir, self.tokenizer, self.max_length)
+
+    def prepare_data(self) -> None:
+        """Parse, validate and tokenize every split once (rank 0); later calls read the cache."""
+        for task in self.tasks.values():
+            self._split(task, "train")
+            if "dev" in task.splits:
+                self._split(task, "dev")
+
+    def setup(self, stage: str | None = None) -> None:
+        self.train_sets = []
+        for task in self.tasks.values():
+            split = self._split(task, "train")
+            if self.limit_train_examples:
+                split = split.head(self.limit_train_examples)
+            self.train_sets.append(split)
+        self.dev_sets = {name: self._split(self.tasks[name], "dev") for name in self.dev_tasks}
+        rank, world = (self.trainer.global_rank, self.trainer.world_size) if self.trainer else (0, 1)
+        sizes = [TaskSize(s.lengths, t.sampling_weight) for s, t in zip(self.train_sets, self.tasks.values())]
+        self.train_sampler = MultiTaskBatchSampler(sizes, self.batch_size, self.schedule, self.temperature,
+                                                   self.seed, rank, world)
+        self._rank, self._world = rank, world
+
+    def _collator(self, tasks: list[TaskDef]) -> TaskCollator:
+        return TaskCollator(tasks, self.tokenizer.pad_token_id or 0, self.pad_to_multiple_of)
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(MultiTaskTrainSet(self.train_sets), batch_sampler=self.train_sampler,
+                          collate_fn=self._collator(list(self.tasks.values())), num_workers=self.num_workers)
+
+    def val_dataloader(self) -> list[DataLoader]:
+        return [DataLoader(self.dev_sets[name],
+                           batch_sampler=EvalBatchSampler(self.dev_sets[name].lengths, self.eval_batch_size,
+                                                          self._rank, self._world),
+                           collate_fn=self._collator([self.tasks[name]]), num_workers=self.num_workers)
+                for name in self.dev_tasks]
+
+
+# ------------------------------------------------------------------------------------------------------ model
+
+
+def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+    """AdamW groups: weight decay on weight matrices, none on biases and LayerNorm weights (as BERT does)."""
+    decay, no_decay = [], []
+    for name, param in model.named_parameters():
+        if not param.requires_grad:
+            continue
+        (no_decay if param.ndim < 2 or "LayerNorm" in name or "layer_norm" in name else decay).append(param)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+class MultiTaskModule(pl.LightningModule):
+    """Multi-task training of a shared encoder: one task's batch per step, per-task dev metrics per epoch.
+
+    Hyper-parameters are plain Python values (checkpoints load with ``torch.load(weights_only=True)``).
+
+    Args:
+        encoder: Hugging Face name or path (``packaged-minilm`` for the embedded MiniLM).
+        tasks: ``{name: TaskDef.to_plain()}``.
+        dev_tasks: tasks scored on dev each epoch (default: those with a dev split).
+        lr: peak learning rate of AdamW; warm-up is linear over ``warmup_ratio`` of all steps, then linear decay.
+        weight_decay: AdamW weight decay (not on biases and LayerNorm weights).
+        trust_remote_code: passed to ``from_pretrained`` (off by default).
+    """
+
+    def __init__(self, encoder: str, tasks: dict[str, dict], dev_tasks: list[str] | None = None, lr: float = 5e-5,
+                 weight_decay: float = 0.01, warmup_ratio: float = 0.1, trust_remote_code: bool = False):
+        super().__init__()
+        self.save_hyperparameters()
+        self.task_defs = {name: TaskDef(**spec) for name, spec in tasks.items()}
+        self.model = MultiTaskModel(load_encoder(encoder, trust_remote_code), self.task_defs)
+        self.dev_task_names = dev_tasks if dev_tasks is not None else [
+            n for n, t in self.task_defs.items() if "dev" in t.splits]
+        self.dev_metrics = torch.nn.ModuleDict({n: build_metrics(self.task_defs[n]) for n in self.dev_task_names})
+        self.dev_history: list[dict] = []   # one entry per completed epoch: {"epoch", "tasks", "average"}
+        self.step_log: list[tuple[int, str]] = []  # (epoch, task) of every optimizer step, for schedule.json
+
+    def forward(self, batch: dict) -> torch.Tensor:
+        return self.model(batch["task"], batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
+
+    def on_train_epoch_start(self) -> None:
+        sampler = getattr(self.trainer.datamodule, "train_sampler", None)
+        if sampler is not None:
+            sampler.set_epoch(self.current_epoch)
+
+    def task_loss(self, batch: dict, outputs: torch.Tensor) -> torch.Tensor:
+        """The task's loss, normalised by the global number of real examples (see :mod:`mtdnn.losses`)."""
+        task = self.task_defs[batch["task"]]
+        weight = batch["weight"]
+        real = self.trainer.strategy.reduce(weight.sum().detach(), reduce_op="sum") if self._trainer else weight.sum()
+        world = self.trainer.world_size if self._trainer else 1
+        normalizer = real.clamp(min=1.0) / world
+        return task.loss_weight * LOSSES[task.loss_name](outputs, batch["labels"], weight, normalizer)
+
+    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        loss = self.task_loss(batch, self(batch))
+        size = int(batch["weight"].sum().item())
+        self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=size)
+        self.log(f"train/{batch['task']}_loss", loss, on_step=False, on_epoch=True, batch_size=size)
+        self.step_log.append((self.current_epoch, batch["task"]))
+        return loss
+
+    def validation_step(self, batch: dict, batch_idx: int, dataloader_idx: int = 0) -> None:
+        task = self.task_defs[batch["task"]]
+        update_metrics(self.dev_metrics[task.name], task.type, self(batch), batch["labels"], batch["weight"])
+
+    def on_validation_epoch_end(self) -> None:
+        scores = {name: compute_metrics(self.dev_metrics[name]) for name in self.dev_task_names}
+        for metrics in self.dev_metrics.values():
+            metrics.reset()
+        if self.trainer.sanity_checking or not scores:
+            return  # nothing is recorded during Lightning's sanity check
+        average = average_score(scores, {n: self.task_defs[n].metric_names for n in scores})
+        for name, task_scores in scores.items():
+            for metric, value in task_scores.items():
+                self.log(f"dev/{name}/{metric}", value, rank_zero_only=True)
+        self.log("dev/average", average, prog_bar=True, rank_zero_only=True)
+        self.dev_history.append({"epoch": self.current_epoch + 1, "tasks": scores, "average": average})
+
+    def configure_optimizers(self):
+        from transformers import get_linear_schedule_with_warmup
+
+        groups = parameter_groups(self.model, self.hparams.weight_decay)
+        try:
+            optimizer = torch.optim.AdamW(groups, lr=self.hparams.lr, fused=True)
+        except (RuntimeError, ValueError):  # fused kernels not available for this device or dtype
+            optimizer = torch.optim.AdamW(groups, lr=self.hparams.lr)
+        total = max(1, int(self.trainer.estimated_stepping_batches))
+        scheduler = get_linear_schedule_with_warmup(optimizer, int(self.hparams.warmup_ratio * total), total)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint["mtdnn"] = {"dev_history": self.dev_history, "step_log": [list(s) for s in self.step_log]}
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        state = checkpoint.get("mtdnn", {})
+        self.dev_history = list(state.get("dev_history", []))
+        self.step_log = [tuple(s) for s in state.get("step_log", [])]

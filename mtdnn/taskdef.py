@@ -1,0 +1,280 @@
+"""Task definitions: YAML files (``task_defs/*.yaml``) validated into typed :class:`TaskDef` objects.
+
+A task definition file has one top-level key, ``tasks``, mapping task names to definitions::
+
+    tasks:
+      rte:
+        type: classification            # classification | regression | ranking
+        splits:
+          train: {path: glue/RTE/train.tsv}          # relative to the data root (--data-dir)
+          dev:   {path: glue/RTE/dev.tsv}
+          test:  {path: glue/RTE/test.tsv, id: index}
+        text: [sentence1, sentence2]    # one column (single sentence) or two (premise, hypothesis)
+        label: label
+        labels: [entailment, not_entailment]   # order = class id; integer labels map to this order
+        metrics: [accuracy]             # the first metric is the one averaged for model selection
+
+Loading uses ``yaml.safe_load``; unknown keys and wrong types are errors that quote the file, task, field and
+offending value (:class:`mtdnn.errors.ConfigError`). Only the selected tasks' *files* are checked later, by
+:mod:`mtdnn.data`; every task's *definition* is validated here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .errors import ConfigError
+
+TaskType = Literal["classification", "regression", "ranking"]
+LossName = Literal["cross_entropy", "mse", "ranking_cross_entropy"]
+MetricName = Literal["accuracy", "f1", "mcc", "pearson", "spearman"]
+
+DEFAULT_LOSS: dict[str, str] = {
+    "classification": "cross_entropy",
+    "regression": "mse",
+    "ranking": "ranking_cross_entropy",
+}
+ALLOWED_METRICS: dict[str, set[str]] = {
+    "classification": {"accuracy", "f1", "mcc"},
+    "regression": {"pearson", "spearman"},
+    "ranking": {"accuracy"},
+}
+DEFAULT_METRICS: dict[str, list[str]] = {
+    "classification": ["accuracy"],
+    "regression": ["pearson", "spearman"],
+    "ranking": ["accuracy"],
+}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class HubSource(_Strict):
+    """A split read from a ``datasets`` hub id (``load_dataset(path, name, split=split)``); needs a network."""
+
+    path: str
+    name: str | None = None
+    split: str
+
+
+class CarveSource(_Strict):
+    """A split carved out of another split with a seeded permutation (e.g. a dev set for QQP's train subset).
+
+    The first ``size`` rows of ``permutation(seed)`` of ``from_split`` form this split and are removed from it.
+    """
+
+    from_split: str
+    size: int = Field(gt=0)
+    seed: int = 0
+
+
+class SplitSpec(_Strict):
+    """Where one split's rows come from and how its file is parsed.
+
+    Exactly one of ``path`` (a file under the data root), ``hub`` or ``carve`` is given.
+    ``format``: tsv, csv or jsonl. ``header``: whether the first line names the columns; without one,
+    ``columns`` names them. ``quoting``: ``none`` (GLUE tsv: a ``"`` is an ordinary character) or ``csv``
+    (fields may be quoted); defaults to none for tsv and csv for csv. ``id``: a column holding each row's id
+    (GLUE test ``index``); otherwise the 0-based row number is the id.
+    """
+
+    path: str | None = None
+    hub: HubSource | None = None
+    carve: CarveSource | None = None
+    format: Literal["tsv", "csv", "jsonl"] = "tsv"
+    header: bool = True
+    columns: list[str] | None = None
+    quoting: Literal["none", "csv"] | None = None
+    encoding: str = "utf-8-sig"
+    id: str | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "SplitSpec":
+        given = [k for k in ("path", "hub", "carve") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of path, hub, carve (got {given or 'none'})")
+        if self.path is not None and self.format != "jsonl" and not self.header and not self.columns:
+            raise ValueError("a file with header: false needs 'columns' (the column names, in order)")
+        return self
+
+    @property
+    def resolved_quoting(self) -> str:
+        """``none`` or ``csv``: the explicit ``quoting``, else none for tsv and csv for csv files."""
+        if self.quoting is not None:
+            return self.quoting
+        return "csv" if self.format == "csv" else "none"
+
+
+class HeadSpec(_Strict):
+    """Task head options: dropout before the output layer and how the sequence is pooled.
+
+    ``pooling``: ``cls`` (hidden state of the first token), ``mean`` (mask-aware mean over tokens) or
+    ``pooler`` (the encoder's pooled [CLS], dense + tanh, as BERT and MT-DNN use).
+    """
+
+    dropout: float = Field(default=0.1, ge=0.0, lt=1.0)
+    pooling: Literal["cls", "mean", "pooler"] = "pooler"
+
+
+class TaskDef(_Strict):
+    """One task: its data, its type, loss, metrics and head. See the module docstring for the YAML form.
+
+    Ranking tasks (MT-DNN's pairwise ranking formulation, arXiv 1901.11504 section 3) score each of the
+    ``candidates`` columns against the ``text`` columns (joined with a space) and take a softmax over the
+    group; the ``label`` column holds the 0-based index of the correct candidate.
+    """
+
+    name: str
+    type: TaskType
+    splits: dict[str, SplitSpec]
+    text: list[str] = Field(min_length=1, max_length=2)
+    candidates: list[str] | None = None
+    label: str
+    labels: list[str] | None = None
+    loss: LossName | None = None
+    metrics: list[MetricName] | None = None
+    head: HeadSpec = HeadSpec()
+    max_length: int = Field(default=128, ge=8, le=4096)
+    sampling_weight: float = Field(default=1.0, gt=0.0)
+    loss_weight: float = Field(default=1.0, ge=0.0)
+    on_malformed: Literal["error", "skip"] = "error"
+    glue_name: str | None = None
+    description: str | None = None
+
+    @field_validator("labels", mode="before")
+    @classmethod
+    def _labels_as_strings(cls, value):
+        # YAML reads `labels: [0, 1]` as integers; label names are strings.
+        if isinstance(value, list):
+            return [str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v for v in value]
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "TaskDef":
+        if self.type == "classification":
+            if not self.labels or len(self.labels) < 2:
+                raise ValueError("a classification task needs 'labels' with at least two names")
+            if len(set(self.labels)) != len(self.labels):
+                raise ValueError(f"'labels' has duplicates: {self.labels}")
+        if self.type == "ranking":
+            if not self.candidates or len(self.candidates) < 2:
+                raise ValueError("a ranking task needs 'candidates' with at least two columns")
+        elif self.candidates is not None:
+            raise ValueError(f"'candidates' is only for ranking tasks, not {self.type}")
+        if self.loss is not None and self.loss != DEFAULT_LOSS[self.type]:
+            raise ValueError(f"loss '{self.loss}' does not fit a {self.type} task (use {DEFAULT_LOSS[self.type]})")
+        for metric in self.metrics or []:
+            if metric not in ALLOWED_METRICS[self.type]:
+                raise ValueError(
+                    f"metric '{metric}' does not fit a {self.type} task "
+                    f"(allowed: {', '.join(sorted(ALLOWED_METRICS[self.type]))})"
+                )
+        if "f1" in (self.metrics or []) and len(self.labels or []) != 2:
+            raise ValueError("metric 'f1' is the binary F1 of class 1 and needs exactly two labels")
+        for split, spec in self.splits.items():
+            if spec.carve is not None and spec.carve.from_split not in self.splits:
+                raise ValueError(f"split '{split}' carves from unknown split '{spec.carve.from_split}'")
+        return self
+
+    @property
+    def loss_name(self) -> str:
+        """The loss, defaulting by task type (cross_entropy, mse, ranking_cross_entropy)."""
+        return self.loss or DEFAULT_LOSS[self.type]
+
+    @property
+    def metric_names(self) -> list[str]:
+        """The metrics, first one used for model selection; defaults by task type."""
+        return list(self.metrics or DEFAULT_METRICS[self.type])
+
+    @property
+    def num_outputs(self) -> int:
+        """Output units of the head: classes for classification, 1 for regression and ranking."""
+        return len(self.labels) if self.type == "classification" else 1
+
+    @property
+    def num_candidates(self) -> int:
+        """Candidates per ranking group; 1 for other task types."""
+        return len(self.candidates) if self.candidates else 1
+
+    def to_plain(self) -> dict:
+        """A dict of plain Python types (for hyper-parameters, exports and ``weights_only`` checkpoints)."""
+        return self.model_dump(mode="json", exclude_none=True)
+
+
+def _format_error(source: str, task: str | None, err: ValidationError) -> str:
+    lines = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"]) or "(task)"
+        value = e.get("input")
+        msg = e["msg"].removeprefix("Value error, ")
+        where = f"task '{task}': " if task else ""
+        shown = repr(value) if not isinstance(value, dict) else "{...}"
+        if len(shown) > 200:
+            shown = shown[:200] + "..."
+        lines.append(f"{source}: {where}field '{loc}': {msg} (value: {shown})")
+    return "\n".join(lines)
+
+
+def parse_tasks(raw: object, source: str) -> dict[str, TaskDef]:
+    """Validate a parsed task-definition document into ``{name: TaskDef}``.
+
+    Args:
+        raw: the result of ``yaml.safe_load`` (or an equivalent dict) with a ``tasks`` mapping.
+        source: the file name used in error messages.
+
+    Raises:
+        ConfigError: naming the file, task, field and offending value.
+    """
+    if not isinstance(raw, dict) or set(raw) != {"tasks"} or not isinstance(raw["tasks"], dict):
+        keys = sorted(raw) if isinstance(raw, dict) else type(raw).__name__
+        raise ConfigError(f"{source}: expected one top-level key 'tasks' mapping names to definitions (got {keys})")
+    tasks: dict[str, TaskDef] = {}
+    for name, body in raw["tasks"].items():
+        if not isinstance(body, dict):
+            raise ConfigError(f"{source}: task '{name}': expected a mapping of fields (got {body!r})")
+        try:
+            tasks[str(name)] = TaskDef(name=str(name), **body)
+        except ValidationError as err:
+            raise ConfigError(_format_error(source, str(name), err)) from None
+        except TypeError as err:  # e.g. a key named 'name' given twice
+            raise ConfigError(f"{source}: task '{name}': {err}") from None
+    if not tasks:
+        raise ConfigError(f"{source}: 'tasks' is empty")
+    return tasks
+
+
+def load_task_defs(path: str | Path) -> dict[str, TaskDef]:
+    """Read and validate a task-definition YAML file (``yaml.safe_load``).
+
+    Raises:
+        ConfigError: the file is missing, is not valid YAML, or a task is invalid.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read task definitions ({err.strerror})") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML: {err}") from None
+    return parse_tasks(raw, str(path))
+
+
+def select_tasks(tasks: dict[str, TaskDef], names: list[str] | None, source: str) -> dict[str, TaskDef]:
+    """The tasks named in ``names`` (all when None), in the given order.
+
+    Raises:
+        ConfigError: a name is not defined in ``source``.
+    """
+    if not names:
+        return dict(tasks)
+    unknown = [n for n in names if n not in tasks]
+    if unknown:
+        raise ConfigError(f"{source}: no task named {', '.join(unknown)} (defined: {', '.join(tasks)})")
+    return {n: tasks[n] for n in names}

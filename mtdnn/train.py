@@ -1,0 +1,294 @@
+"""``python -m mtdnn.train TASK_DEFS``: multi-task training of one shared encoder (MT-DNN Algorithm 1).
+
+Example::
+
+    python -m mtdnn.train task_defs/glue.yaml --data-dir ../shared/data --tasks rte,mrpc,stsb,cola
+
+writes a run directory (see :mod:`mtdnn.runs`) with the resolved config, checkpoints, logs, ``schedule.json``,
+the export of the best epoch's model and, last, ``metrics.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import warnings
+from collections import Counter
+from pathlib import Path
+
+import yaml
+
+from .errors import ConfigError, run_cli
+from .taskdef import TaskDef, load_task_defs, select_tasks
+
+log = logging.getLogger("mtdnn.train")
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer (got {text})")
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive (got {text})")
+    return value
+
+
+def task_list(text: str) -> list[str]:
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("give at least one task name, comma-separated")
+    return names
+
+
+def add_trainer_args(parser: argparse.ArgumentParser) -> None:
+    """Lightning Trainer options shared by the training commands (engineering, not research)."""
+    g = parser.add_argument_group("Lightning trainer")
+    g.add_argument("--accelerator", default="auto", help="cpu, gpu, cuda, mps or auto (default: auto)")
+    g.add_argument("--devices", default="auto", help="number of devices, a list like 0,1, or auto (default: auto)")
+    g.add_argument("--strategy", default="auto",
+                   help="auto, ddp (mapped to DDP with find_unused_parameters=True: each step leaves other "
+                        "tasks' heads unused), ddp_spawn, ... (default: auto)")
+    g.add_argument("--num-nodes", type=positive_int, default=1, help="nodes for multi-node DDP (default: 1)")
+    g.add_argument("--precision", default="32-true",
+                   help="32-true (default), bf16-mixed or 16-mixed (GPU), bf16-true")
+    g.add_argument("--num-workers", type=int, default=0, help="DataLoader worker processes (default: 0)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m mtdnn.train", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("task_defs", help="task-definition YAML (e.g. task_defs/glue.yaml)")
+    p.add_argument("--tasks", type=task_list, default=None, help="comma-separated tasks to train (default: all)")
+    p.add_argument("--data-dir", default=None,
+                   help="data root for the task files (default: $MTDNN_DATA_DIR, else ../shared/data)")
+    p.add_argument("--encoder", default="packaged-minilm",
+                   help="Hugging Face encoder name or path; packaged-minilm is the embedded all-MiniLM-L6-v2")
+    p.add_argument("--init-from", default=None,
+                   help="start from an earlier run's (or export's) encoder and the heads of matching tasks")
+    p.add_argument("--output-dir", default=None,
+                   help="run directory (default: runs/<task-defs>-<tasks>-seed<seed>)")
+    p.add_argument("--overwrite", action="store_true", help="replace a run directory that holds a complete run")
+    g = p.add_argument_group("optimisation")
+    g.add_argument("--max-epochs", type=positive_int, default=3)
+    g.add_argument("--batch-size", type=positive_int, default=32, help="global batch size (all ranks together)")
+    g.add_argument("--eval-batch-size", type=positive_int, default=64, help="dev batch size per rank")
+    g.add_argument("--lr", type=positive_float, default=5e-5, help="peak learning rate (AdamW)")
+    g.add_argument("--weight-decay", type=float, default=0.01)
+    g.add_argument("--warmup-ratio", type=float, default=0.1, help="fraction of steps with linear warm-up")
+    g.add_argument("--gradient-clip", type=float, default=1.0, help="max gradient norm (0: none)")
+    g.add_argument("--max-length", type=positive_int, default=None,
+                   help="override every task's max sequence length (default: each task's, 128 in glue.yaml)")
+    g.add_argument("--schedule", choices=["proportional", "temperature", "uniform"], default="proportional",
+                   help="task schedule: proportional = MT-DNN Algorithm 1")
+    g.add_argument("--temperature", type=positive_float, default=2.0,
+                   help="T of temperature sampling, p_t ~ n_t^(1/T) (only with --schedule temperature)")
+    g.add_argument("--seed", type=int, default=42)
+    g.add_argument("--limit-train-examples", type=positive_int, default=None, metavar="N",
+                   help="use the first N rows of each task's train split")
+    g.add_argument("--pad-to-multiple-of", type=positive_int, default=1, help="pad lengths to a multiple (8 on GPU)")
+    p.add_argument("--trust-remote-code", action="store_true",
+                   help="allow encoders with custom code from the hub (off by default)")
+    add_trainer_args(p)
+    return p
+
+
+def default_output_dir(task_defs: str, tasks: list[str], seed: int) -> Path:
+    """``runs/<yaml stem>-<task>-<task>...-seed<seed>``: a pure function of the flags (DDP ranks agree)."""
+    return Path("runs") / f"{Path(task_defs).stem}-{'-'.join(tasks)}-seed{seed}"
+
+
+def trainer_strategy(name: str):
+    """``ddp`` means DDP with ``find_unused_parameters=True``: each step uses one task head only."""
+    if name == "ddp":
+        from pytorch_lightning.strategies import DDPStrategy
+
+        return DDPStrategy(find_unused_parameters=True)
+    return name
+
+
+def is_global_zero() -> bool:
+    """Whether this process is rank 0 (Lightning re-launches the command for the other ranks)."""
+    return all(os.environ.get(v, "0") == "0" for v in ("RANK", "LOCAL_RANK", "NODE_RANK"))
+
+
+def schedule_summary(step_log: list[tuple[int, str]], schedule: str, batch_size: int) -> dict:
+    """``schedule.json``: the task of every optimizer step per epoch and the realised batch counts."""
+    epochs = sorted({e for e, _ in step_log})
+    per_epoch = []
+    for epoch in epochs:
+        steps = [t for e, t in step_log if e == epoch]
+        per_epoch.append({"epoch": epoch + 1, "steps": steps, "batches_per_task": dict(Counter(steps))})
+    return {"schedule": schedule, "global_batch_size": batch_size, "steps": len(step_log),
+            "batches_per_task": dict(Counter(t for _, t in step_log)), "epochs": per_epoch}
+
+
+def metrics_summary(history: list[dict], best_checkpoint: Path, run_dir: Path) -> dict:
+    """``metrics.json``: dev scores per epoch and the best epoch (highest average, first on ties)."""
+    best = max(history, key=lambda h: h["average"])  # max keeps the first of equal values
+    return {"status": "complete", "epochs": history,
+            "best": {"epoch": best["epoch"], "checkpoint": str(best_checkpoint.relative_to(run_dir)),
+                     "tasks": best["tasks"], "average": best["average"]}}
+
+
+def copy_matching_heads(model, export_dir: Path, tasks: dict[str, TaskDef]) -> list[str]:
+    """Load the heads of ``export_dir`` whose task name, type and output size match; return their names."""
+    from safetensors.torch import load_file
+
+    from .export import load_export_tasks
+
+    saved_tasks = load_export_tasks(export_dir)
+    state = load_file(str(export_dir / "heads.safetensors"))
+    copied = []
+    for name, task in tasks.items():
+        old = saved_tasks.get(name)
+        if old is None or old.type != task.type or old.num_outputs != task.num_outputs or old.labels != task.labels:
+            continue
+        model.heads[name].load_state_dict({k[len(name) + 1:]: v for k, v in state.items() if k.startswith(name + ".")})
+        copied.append(name)
+    return copied
+
+
+FAULT_ENV = "MTDNN_FAULT_AT_STEP"
+
+
+def fault_injection_callback():
+    """With ``$MTDNN_FAULT_AT_STEP=N``, interrupt training (as Ctrl-C would) once N optimizer steps are done.
+
+    For tests of interruption and resume: a fixed step, never a timer.
+    """
+    import pytorch_lightning as pl
+
+    step = int(os.environ[FAULT_ENV])
+
+    class FaultAtStep(pl.Callback):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            if trainer.global_step == step:
+                raise KeyboardInterrupt(f"{FAULT_ENV}={step}")
+
+    return FaultAtStep()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    warnings.filterwarnings("ignore", ".*does not have many workers.*")
+    warnings.filterwarnings("ignore", ".*predefined batch sampler.*")
+
+    import pytorch_lightning as pl
+    from pytorch_lightning.callbacks import ModelCheckpoint
+    from pytorch_lightning.loggers import CSVLogger
+
+    from .data import check_files, resolve_data_dir
+    from .export import export_model, resolve_export
+    from .lightning import MultiTaskDataModule, MultiTaskModule
+    from .model import load_tokenizer
+    from .runs import (AtomicCheckpointIO, CHECKPOINT_DIR, CONFIG_FILE, EXPORT_DIR, METRICS_FILE, SCHEDULE_FILE,
+                       load_checkpoint_file, prepare_run_dir, write_atomic, write_json_atomic)
+
+    # 1. Validate everything that can be wrong before creating anything.
+    all_tasks = load_task_defs(args.task_defs)
+    tasks = select_tasks(all_tasks, args.tasks, args.task_defs)
+    for name, task in tasks.items():
+        if "train" not in task.splits:
+            raise ConfigError(f"{args.task_defs}: task '{name}' has no train split; it can be evaluated, not trained")
+    if not any("dev" in t.splits for t in tasks.values()):
+        raise ConfigError(f"{args.task_defs}: none of the tasks {', '.join(tasks)} has a dev split to select on")
+    if not 0 <= args.warmup_ratio < 1:
+        raise ConfigError(f"--warmup-ratio: must be in [0, 1) (got {args.warmup_ratio})")
+    data_dir = resolve_data_dir(args.data_dir)
+    for task in tasks.values():
+        check_files(task, [s for s in ("train", "dev") if s in task.splits], data_dir)
+
+    encoder = args.encoder
+    init_export = None
+    if args.init_from:
+        init_export = resolve_export(args.init_from)
+        encoder = str(init_export / "encoder")
+    tokenizer = load_tokenizer(encoder, args.trust_remote_code)
+    pl.seed_everything(args.seed, workers=True, verbose=False)
+    module = MultiTaskModule(encoder, {n: t.to_plain() for n, t in tasks.items()}, lr=args.lr,
+                             weight_decay=args.weight_decay, warmup_ratio=args.warmup_ratio,
+                             trust_remote_code=args.trust_remote_code)
+    if init_export is not None:
+        copied = copy_matching_heads(module.model, init_export, tasks)
+        log.info("initialised from %s: encoder and heads of %s", init_export, ", ".join(copied) or "no task")
+    datamodule = MultiTaskDataModule(tasks, data_dir, tokenizer, batch_size=args.batch_size,
+                                     eval_batch_size=args.eval_batch_size, schedule=args.schedule,
+                                     temperature=args.temperature if args.schedule == "temperature" else 1.0,
+                                     seed=args.seed, limit_train_examples=args.limit_train_examples,
+                                     max_length=args.max_length, pad_to_multiple_of=args.pad_to_multiple_of,
+                                     num_workers=args.num_workers)
+    run_dir = Path(args.output_dir) if args.output_dir else default_output_dir(args.task_defs, list(tasks), args.seed)
+    if is_global_zero():
+        datamodule.prepare_data()  # parse and tokenize now, so data errors come before the run directory
+        prepare_run_dir(run_dir, args.overwrite)
+        config = {"command": "train", "args": {k: v for k, v in vars(args).items()}, "data_dir": str(data_dir),
+                  "encoder": encoder, "tasks": {n: t.to_plain() for n, t in tasks.items()}}
+        write_atomic(run_dir / CONFIG_FILE, yaml.safe_dump(config, sort_keys=False))
+
+    # 2. Train.
+    checkpoint = ModelCheckpoint(dirpath=run_dir / CHECKPOINT_DIR, filename="best", monitor="dev/average",
+                                 mode="max", save_top_k=1, save_last=True, auto_insert_metric_name=False,
+                                 enable_version_counter=False)
+    callbacks = [checkpoint] + ([fault_injection_callback()] if os.environ.get(FAULT_ENV) else [])
+    loggers = [CSVLogger(run_dir, name="logs", version="")]
+    try:
+        from pytorch_lightning.loggers import TensorBoardLogger
+
+        import tensorboard  # noqa: F401
+
+        loggers.append(TensorBoardLogger(run_dir, name="logs", version="tensorboard"))
+    except ImportError:
+        pass
+    trainer = pl.Trainer(max_epochs=args.max_epochs, accelerator=args.accelerator, devices=args.devices,
+                         num_nodes=args.num_nodes, strategy=trainer_strategy(args.strategy),
+                         precision=args.precision, gradient_clip_val=args.gradient_clip or None,
+                         use_distributed_sampler=False, callbacks=callbacks, logger=loggers,
+                         plugins=[AtomicCheckpointIO()], default_root_dir=run_dir, log_every_n_steps=10,
+                         deterministic=False)
+    sigint = signal.getsignal(signal.SIGINT)
+    try:
+        trainer.fit(module, datamodule=datamodule)
+    except SystemExit:  # Lightning exits(1) after a graceful shutdown on Ctrl-C
+        if not trainer.interrupted:
+            raise
+    finally:
+        signal.signal(signal.SIGINT, sigint)  # Lightning leaves SIGINT ignored after an interrupt
+    if trainer.interrupted:
+        print(f"interrupted: checkpoints are in {run_dir / CHECKPOINT_DIR}; no metrics.json written",
+              file=sys.stderr)
+        return 130
+    if not trainer.is_global_zero:
+        return 0
+
+    # 3. Export the best epoch's model; metrics.json last, so a run that has it is complete.
+    best_path = Path(checkpoint.best_model_path)
+    state = load_checkpoint_file(best_path)
+    module.load_state_dict(state["state_dict"])
+    module.model.cpu().float()
+    export_model(module.model, tokenizer, tasks, run_dir / EXPORT_DIR, source_encoder=args.encoder)
+    write_json_atomic(run_dir / SCHEDULE_FILE, schedule_summary(module.step_log, args.schedule, args.batch_size))
+    summary = metrics_summary(module.dev_history, best_path, run_dir)
+    write_json_atomic(run_dir / METRICS_FILE, summary)
+    best = summary["best"]
+    print(f"best epoch {best['epoch']}: average {best['average']:.4f} "
+          + " ".join(f"{t}={v[tasks[t].metric_names[0]]:.4f}" for t, v in best["tasks"].items()))
+    print(f"run directory: {run_dir}")
+    return 0
+
+
+def cli() -> None:
+    """Console-script entry point (``mtdnn-train``)."""
+    run_cli(main)
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,0 +1,176 @@
+"""End-to-end training on real data slices with a tiny encoder, the run directory, export and bad input."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import pytorch_lightning as pl
+import torch
+
+from mtdnn.errors import UserError, run_cli
+from mtdnn.train import main
+
+ROOT = Path(__file__).resolve().parents[1]
+GLUE = str(ROOT / "task_defs" / "glue.yaml")
+
+
+def train_args(run_dir, data_dir, encoder, *extra):
+    return [GLUE, "--tasks", "rte,stsb", "--data-dir", str(data_dir), "--encoder", encoder,
+            "--limit-train-examples", "64", "--batch-size", "16", "--max-epochs", "2", "--accelerator", "cpu",
+            "--output-dir", str(run_dir), *extra]
+
+
+@pytest.fixture(scope="module")
+def two_task_run(tmp_path_factory, data_dir, tiny_encoder):
+    run_dir = tmp_path_factory.mktemp("runs") / "rte-stsb"
+    assert main(train_args(run_dir, data_dir, tiny_encoder)) == 0
+    return run_dir
+
+
+def test_run_directory_metrics_and_schedule(two_task_run):
+    metrics = json.loads((two_task_run / "metrics.json").read_text())
+    assert metrics["status"] == "complete" and [e["epoch"] for e in metrics["epochs"]] == [1, 2]
+    for epoch in metrics["epochs"]:
+        assert set(epoch["tasks"]) == {"rte", "stsb"}
+        assert set(epoch["tasks"]["stsb"]) == {"pearson", "spearman"}
+        assert epoch["average"] == pytest.approx((epoch["tasks"]["rte"]["accuracy"] + epoch["tasks"]["stsb"]["pearson"]) / 2)
+    best = max(metrics["epochs"], key=lambda e: e["average"])
+    assert metrics["best"]["epoch"] == best["epoch"] and metrics["best"]["tasks"] == best["tasks"]
+    assert (two_task_run / metrics["best"]["checkpoint"]).is_file()
+
+    schedule = json.loads((two_task_run / "schedule.json").read_text())
+    assert schedule["batches_per_task"] == {"rte": 8, "stsb": 8} and schedule["steps"] == 16
+    first = schedule["epochs"][0]["steps"]
+    assert sorted(first) != first and sorted(first, reverse=True) != first  # interleaved
+    assert schedule["epochs"][0]["steps"] != schedule["epochs"][1]["steps"]
+    assert (two_task_run / "config.yaml").is_file() and (two_task_run / "logs" / "metrics.csv").is_file()
+
+
+def test_checkpoints_load_with_weights_only(two_task_run):
+    for name in ("best.ckpt", "last.ckpt"):
+        ckpt = torch.load(two_task_run / "checkpoints" / name, map_location="cpu", weights_only=True)
+        assert ckpt["hyper_parameters"]["tasks"]["rte"]["type"] == "classification"
+        assert "model.heads.stsb.out.weight" in ckpt["state_dict"]
+
+
+def test_export_round_trip_matches_the_best_checkpoint(two_task_run, data_dir):
+    from transformers import AutoModel
+
+    from mtdnn.data import collate, tokenized_split
+    from mtdnn.export import load_export
+    from mtdnn.lightning import MultiTaskModule
+
+    model, tokenizer, tasks = load_export(two_task_run / "export")
+    assert list(tasks) == ["rte", "stsb"]
+    module = MultiTaskModule.load_from_checkpoint(two_task_run / "checkpoints" / "best.ckpt", map_location="cpu",
+                                                  weights_only=True)
+    module.eval()
+    split = tokenized_split(tasks["rte"], "dev", data_dir, tokenizer)
+    batch = collate([split[i] for i in range(8)], tasks["rte"], tokenizer.pad_token_id)
+    with torch.no_grad():
+        exported = model("rte", batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+        original = module(batch)
+    assert torch.allclose(exported, original, atol=1e-6)
+    encoder = AutoModel.from_pretrained(two_task_run / "export" / "encoder")
+    assert encoder.config.hidden_size == 32
+
+
+def test_complete_run_is_refused_without_overwrite(two_task_run, data_dir, tiny_encoder, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(main, train_args(two_task_run, data_dir, tiny_encoder))
+    assert exit_info.value.code == 2
+    assert "holds a complete run" in capsys.readouterr().err
+
+
+def test_init_from_copies_encoder_and_matching_heads(two_task_run, data_dir, tmp_path):
+    from mtdnn.export import load_export
+    from mtdnn.lightning import MultiTaskModule
+    from mtdnn.train import copy_matching_heads
+
+    model, _, tasks = load_export(two_task_run / "export")
+    fresh = MultiTaskModule(str(two_task_run / "export" / "encoder"), {n: t.to_plain() for n, t in tasks.items()})
+    assert copy_matching_heads(fresh.model, two_task_run / "export", tasks) == ["rte", "stsb"]
+    for (name, a), b in zip(model.state_dict().items(), fresh.model.state_dict().values()):
+        assert torch.equal(a, b), name
+
+
+def test_interrupted_run_keeps_last_checkpoint_and_writes_no_metrics(tmp_path, data_dir, tiny_encoder, monkeypatch):
+    monkeypatch.setenv("MTDNN_FAULT_AT_STEP", "10")  # epoch 1 has 8 steps
+    run_dir = tmp_path / "interrupted"
+    assert main(train_args(run_dir, data_dir, tiny_encoder)) == 130
+    assert not (run_dir / "metrics.json").exists()
+    ckpt = torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    assert ckpt["epoch"] == 0 and ckpt["global_step"] == 8
+
+
+def test_epochs_are_reshuffled_inside_a_lightning_fit(data_dir, tiny_encoder, tokenizer):
+    from mtdnn.lightning import MultiTaskDataModule, MultiTaskModule
+    from mtdnn.taskdef import load_task_defs, select_tasks
+
+    tasks = select_tasks(load_task_defs(GLUE), ["rte", "mrpc"], GLUE)
+    seen: dict[int, list] = {}
+
+    class Record(pl.Callback):
+        def on_train_batch_start(self, trainer, module, batch, batch_idx):
+            seen.setdefault(trainer.current_epoch, []).append((batch["task"], batch["idx"].tolist()))
+
+    datamodule = MultiTaskDataModule(tasks, data_dir, tokenizer, batch_size=8, limit_train_examples=24, seed=3)
+    module = MultiTaskModule(tiny_encoder, {n: t.to_plain() for n, t in tasks.items()})
+    trainer = pl.Trainer(max_epochs=2, accelerator="cpu", limit_val_batches=0, logger=False,
+                         enable_checkpointing=False, enable_progress_bar=False, use_distributed_sampler=False,
+                         callbacks=[Record()])
+    trainer.fit(module, datamodule=datamodule)
+    assert len(seen[0]) == len(seen[1]) == 6
+    assert seen[0] != seen[1]
+    for epoch in (0, 1):
+        for task in ("rte", "mrpc"):
+            rows = sorted(r for t, idx in seen[epoch] if t == task for r in idx)
+            assert rows == list(range(24))
+
+
+def test_fp16_checkpoint_trains_in_float32(tmp_path, data_dir):
+    from conftest import make_tiny_encoder
+
+    from mtdnn.model import load_encoder
+
+    encoder_dir = make_tiny_encoder(tmp_path / "fp16", dtype=torch.float16)
+    assert all(p.dtype == torch.float32 for p in load_encoder(str(encoder_dir)).parameters())
+    run_dir = tmp_path / "run"
+    assert main(train_args(run_dir, data_dir, str(encoder_dir), "--max-epochs", "1")) == 0
+    ckpt = torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    assert all(v.dtype == torch.float32 for k, v in ckpt["state_dict"].items() if v.is_floating_point())
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["best"]["average"] == metrics["best"]["average"]  # not NaN
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda a, tmp: a.__setitem__(a.index("--encoder") + 1, str(tmp / "no-such-encoder")), "cannot load"),
+        (lambda a, tmp: a.__setitem__(a.index("--tasks") + 1, "rte,nosuch"), "no task named nosuch"),
+        (lambda a, tmp: a.__setitem__(a.index("--tasks") + 1, "qnli"), "has no train split"),
+        (lambda a, tmp: a.__setitem__(a.index("--data-dir") + 1, str(tmp)), "file not found"),
+        (lambda a, tmp: a.__setitem__(a.index("--batch-size") + 1, "0"), "positive integer"),
+    ],
+)
+def test_bad_input_exits_2_without_a_run_directory(tmp_path, data_dir, tiny_encoder, capsys, mutate, message):
+    run_dir = tmp_path / "run"
+    args = train_args(run_dir, data_dir, tiny_encoder)
+    mutate(args, tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(main, args)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not run_dir.exists()
+
+
+def test_bad_task_definition_exits_2(tmp_path, data_dir, tiny_encoder, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("tasks:\n  rte:\n    type: classifier\n    splits: {train: {path: glue/RTE/train.tsv}}\n"
+                   "    text: [sentence1, sentence2]\n    label: label\n    labels: [entailment, not_entailment]\n")
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(main, [str(bad), "--data-dir", str(data_dir), "--encoder", tiny_encoder,
+                       "--output-dir", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and str(bad) in err and "field 'type'" in err and "classifier" in err
