@@ -78,13 +78,17 @@ class Example:
 
 @dataclass
 class RawSplit:
-    """The parsed rows of one split and where they came from (``source`` for messages, ``digest`` for caching)."""
+    """The parsed rows of one split and where they came from (``source`` for messages, ``digest`` for caching).
+
+    ``dropped``: rows of the source file removed because their label is one of the task's ``drop_labels``.
+    """
 
     task: str
     split: str
     source: str
     digest: str
     examples: list[Example] = field(default_factory=list)
+    dropped: int = 0
 
     @property
     def labelled(self) -> bool:
@@ -189,7 +193,10 @@ def _parse_label(task: TaskDef, value: str) -> int | float:
     raise ValueError(f"not a candidate index 0..{k - 1}")
 
 
-def _build_examples(task: TaskDef, split: str, source: str, columns: list[str], rows) -> list[Example]:
+def _build_examples(task: TaskDef, split: str, source: str, columns: list[str], rows,
+                    dropped: list[int] | None = None) -> list[Example]:
+    """Parse rows into examples; rows whose label is in ``task.drop_labels`` are left out (their lines are
+    appended to ``dropped`` when given)."""
     needed = list(task.text) + list(task.candidates or [])
     spec = task.splits[split]
     for col in needed + ([spec.id] if spec.id else []):
@@ -214,6 +221,10 @@ def _build_examples(task: TaskDef, split: str, source: str, columns: list[str], 
             if missing:
                 problem = (missing[0], "", "field is missing")
         label = None
+        if problem is None and has_label and task.drop_labels and row[task.label].strip() in task.drop_labels:
+            if dropped is not None:
+                dropped.append(line)
+            continue
         if problem is None and has_label:
             try:
                 label = _parse_label(task, row[task.label])
@@ -272,8 +283,12 @@ def _read_source(task: TaskDef, split: str, data_dir: Path) -> RawSplit:
         path = _file_path(task, split, data_dir)
         source, digest = str(path), _file_digest(path)
         columns, rows = _read_table(path, spec)
-    examples = _build_examples(task, split, source, columns, rows)
-    return RawSplit(task.name, split, source, digest, examples)
+    dropped: list[int] = []
+    examples = _build_examples(task, split, source, columns, rows, dropped)
+    if dropped:
+        log.info("%s: task '%s', split '%s': dropped %d rows whose label is one of %s",
+                 source, task.name, split, len(dropped), task.drop_labels)
+    return RawSplit(task.name, split, source, digest, examples, dropped=len(dropped))
 
 
 def _carved_positions(n: int, size: int, seed: int, source: str, task: str) -> list[int]:
@@ -299,7 +314,7 @@ def load_split(task: TaskDef, split: str, data_dir: Path) -> RawSplit:
         parent = _read_source(task, spec.carve.from_split, data_dir)
         keep = _carved_positions(len(parent.examples), spec.carve.size, spec.carve.seed, parent.source, task.name)
         examples = [parent.examples[i] for i in keep]
-        raw = RawSplit(task.name, split, f"{parent.source} (carved {split})", "", examples)
+        raw = RawSplit(task.name, split, f"{parent.source} (carved {split})", "", examples, dropped=parent.dropped)
     else:
         raw = _read_source(task, split, data_dir)
         for other, other_spec in task.splits.items():
@@ -406,10 +421,25 @@ def _tokenize(raw: RawSplit, task: TaskDef, tokenizer, max_length: int) -> dict[
     return columns
 
 
+def tokenize_examples(examples: Sequence[Example], task: TaskDef, tokenizer, max_length: int | None = None,
+                      split: str = "input") -> TokenizedSplit:
+    """Tokenize already parsed examples (raw text given to ``mtdnn.predict``) exactly as files are, uncached.
+
+    ``max_length`` defaults to the task's. ``split`` only names the result.
+    """
+    raw = RawSplit(task.name, split, split, "", list(examples))
+    columns = _tokenize(raw, task, tokenizer, max_length or task.max_length)
+    return TokenizedSplit(task=task.name, split=split, ids=columns["id"], input_ids=columns["input_ids"],
+                          token_type_ids=columns.get("token_type_ids"), labels=columns.get("label"),
+                          lengths=columns["length"])
+
+
 def _cache_key(digest: str, task: TaskDef, split: str, tokenizer, max_length: int) -> str:
     rules = task.to_plain()
     parse_rules = {k: rules.get(k) for k in ("type", "text", "candidates", "label", "labels", "on_malformed")}
     parse_rules["splits"] = {k: v.model_dump(mode="json") for k, v in task.splits.items()}
+    if task.drop_labels:  # only when set, so that other tasks keep their cache keys
+        parse_rules["drop_labels"] = task.drop_labels
     payload = json.dumps({"v": 1, "digest": digest, "rules": parse_rules, "max_length": max_length,
                           "tokenizer": tokenizer_fingerprint(tokenizer)}, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:24]

@@ -51,6 +51,27 @@ class TaskCollator:
         return collate(features, task, self.pad_token_id, self.pad_to_multiple_of)
 
 
+class ScheduledDataLoader(DataLoader):
+    """The training DataLoader, stateful so that Lightning can resume it mid-epoch.
+
+    Lightning restores a loader's position only when the loader has ``state_dict``/``load_state_dict``;
+    otherwise it silently replays the epoch from its start. The state is the schedule's epoch and the number
+    of batches Lightning has processed in it (``progress()``), not the sampler's own position, which runs
+    ahead by the batches the fetcher has prefetched.
+    """
+
+    def __init__(self, *args, progress=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.progress = progress
+
+    def state_dict(self) -> dict:
+        position = self.progress() if self.progress is not None else self.batch_sampler.position
+        return {"epoch": self.batch_sampler.epoch, "position": int(position)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.batch_sampler.load_state_dict(state)
+
+
 class MultiTaskDataModule(pl.LightningDataModule):
     """Tokenized, cached splits of several tasks; one scheduled train loader, one dev loader per task.
 
@@ -112,15 +133,22 @@ class MultiTaskDataModule(pl.LightningDataModule):
     def _collator(self, tasks: list[TaskDef]) -> TaskCollator:
         return TaskCollator(tasks, self.tokenizer.pad_token_id or 0, self.pad_to_multiple_of)
 
+    def _processed_batches(self) -> int:
+        return self.trainer.fit_loop.epoch_loop.batch_progress.current.processed
+
     def train_dataloader(self) -> DataLoader:
-        return DataLoader(MultiTaskTrainSet(self.train_sets), batch_sampler=self.train_sampler,
-                          collate_fn=self._collator(list(self.tasks.values())), num_workers=self.num_workers)
+        # A generator of its own keeps DataLoader.__iter__ from drawing on the global RNG (exact resume).
+        return ScheduledDataLoader(MultiTaskTrainSet(self.train_sets), batch_sampler=self.train_sampler,
+                                   collate_fn=self._collator(list(self.tasks.values())),
+                                   num_workers=self.num_workers, generator=torch.Generator().manual_seed(self.seed),
+                                   progress=self._processed_batches if self.trainer else None)
 
     def val_dataloader(self) -> list[DataLoader]:
         return [DataLoader(self.dev_sets[name],
                            batch_sampler=EvalBatchSampler(self.dev_sets[name].lengths, self.eval_batch_size,
                                                           self._rank, self._world),
-                           collate_fn=self._collator([self.tasks[name]]), num_workers=self.num_workers)
+                           collate_fn=self._collator([self.tasks[name]]), num_workers=self.num_workers,
+                           generator=torch.Generator().manual_seed(self.seed))
                 for name in self.dev_tasks]
 
 
@@ -148,15 +176,20 @@ class MultiTaskModule(pl.LightningModule):
         dev_tasks: tasks scored on dev each epoch (default: those with a dev split).
         lr: peak learning rate of AdamW; warm-up is linear over ``warmup_ratio`` of all steps, then linear decay.
         weight_decay: AdamW weight decay (not on biases and LayerNorm weights).
+        dropout: when given, overrides every dropout probability (encoder and heads); 0 makes training
+            deterministic across DDP layouts.
         trust_remote_code: passed to ``from_pretrained`` (off by default).
     """
 
     def __init__(self, encoder: str, tasks: dict[str, dict], dev_tasks: list[str] | None = None, lr: float = 5e-5,
-                 weight_decay: float = 0.01, warmup_ratio: float = 0.1, trust_remote_code: bool = False):
+                 weight_decay: float = 0.01, warmup_ratio: float = 0.1, dropout: float | None = None,
+                 trust_remote_code: bool = False):
         super().__init__()
         self.save_hyperparameters()
         self.task_defs = {name: TaskDef(**spec) for name, spec in tasks.items()}
         self.model = MultiTaskModel(load_encoder(encoder, trust_remote_code), self.task_defs)
+        if dropout is not None:
+            set_dropout(self.model, dropout)
         self.dev_task_names = dev_tasks if dev_tasks is not None else [
             n for n, t in self.task_defs.items() if "dev" in t.splits]
         self.dev_metrics = torch.nn.ModuleDict({n: build_metrics(self.task_defs[n]) for n in self.dev_task_names})
@@ -201,8 +234,8 @@ class MultiTaskModule(pl.LightningModule):
         average = average_score(scores, {n: self.task_defs[n].metric_names for n in scores})
         for name, task_scores in scores.items():
             for metric, value in task_scores.items():
-                self.log(f"dev/{name}/{metric}", value, rank_zero_only=True)
-        self.log("dev/average", average, prog_bar=True, rank_zero_only=True)
+                self.log(f"dev/{name}/{metric}", value)  # compute() already reduced across ranks
+        self.log("dev/average", average, prog_bar=True)
         self.dev_history.append({"epoch": self.current_epoch + 1, "tasks": scores, "average": average})
 
     def configure_optimizers(self):
@@ -213,14 +246,76 @@ class MultiTaskModule(pl.LightningModule):
             optimizer = torch.optim.AdamW(groups, lr=self.hparams.lr, fused=True)
         except (RuntimeError, ValueError):  # fused kernels not available for this device or dtype
             optimizer = torch.optim.AdamW(groups, lr=self.hparams.lr)
-        total = max(1, int(self.trainer.estimated_stepping_batches))
+        total = max(1, self.total_steps())
         scheduler = get_linear_schedule_with_warmup(optimizer, int(self.hparams.warmup_ratio * total), total)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
+    def total_steps(self) -> int:
+        """Optimizer steps of the whole run, from the schedule's length.
+
+        Lightning's ``estimated_stepping_batches`` would build the train loader before a checkpoint is restored,
+        and Lightning then never restores the loader's position: a resumed run would replay its epoch.
+        """
+        sampler = getattr(self.trainer.datamodule, "train_sampler", None)
+        if sampler is None or not self.trainer.max_epochs or self.trainer.max_epochs < 0:
+            return int(self.trainer.estimated_stepping_batches)
+        total = self.trainer.max_epochs * len(sampler) // self.trainer.accumulate_grad_batches
+        return min(total, self.trainer.max_steps) if self.trainer.max_steps > 0 else total
+
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        checkpoint["mtdnn"] = {"dev_history": self.dev_history, "step_log": [list(s) for s in self.step_log]}
+        checkpoint["mtdnn"] = {"dev_history": self.dev_history, "step_log": [list(s) for s in self.step_log],
+                               "rng": rng_state()}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         state = checkpoint.get("mtdnn", {})
         self.dev_history = list(state.get("dev_history", []))
         self.step_log = [tuple(s) for s in state.get("step_log", [])]
+        self._rng_to_restore = state.get("rng")
+
+    def on_train_batch_start(self, batch: dict, batch_idx: int) -> None:
+        # Restore the RNG states of the checkpoint just before the first step after a resume: nothing between
+        # a save and the next step draws random numbers, so dropout continues as in an uninterrupted run.
+        if getattr(self, "_rng_to_restore", None):
+            set_rng_state(self._rng_to_restore)
+            self._rng_to_restore = None
+
+
+def set_dropout(model: torch.nn.Module, p: float) -> None:
+    """Set every ``nn.Dropout`` of ``model`` (encoder attention and hidden dropout, heads) to probability ``p``."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = p
+    config = getattr(getattr(model, "encoder", None), "config", None)
+    for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "attention_dropout", "dropout"):
+        if config is not None and isinstance(getattr(config, name, None), float):
+            setattr(config, name, p)
+
+
+def rng_state() -> dict:
+    """Python, NumPy, torch CPU and CUDA RNG states as plain values and tensors (``weights_only``-loadable)."""
+    import random
+
+    import numpy as np
+
+    np_state = np.random.get_state()
+    version, internal, gauss_next = random.getstate()
+    state = {"python": list(internal), "python_gauss": gauss_next,
+             "numpy": torch.from_numpy(np_state[1].astype("int64")), "numpy_pos": int(np_state[2]),
+             "numpy_gauss": [int(np_state[3]), float(np_state[4])], "torch": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    """Inverse of :func:`rng_state`."""
+    import random
+
+    import numpy as np
+
+    random.setstate((3, tuple(state["python"]), state["python_gauss"]))
+    has_gauss, cached = state["numpy_gauss"]
+    np.random.set_state(("MT19937", state["numpy"].numpy().astype("uint32"), state["numpy_pos"], has_gauss, cached))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])

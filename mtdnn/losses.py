@@ -46,3 +46,63 @@ def soft_cross_entropy(student_logits: torch.Tensor, soft_targets: torch.Tensor,
 
 
 LOSSES = {"cross_entropy": cross_entropy, "mse": mse, "ranking_cross_entropy": ranking_cross_entropy}
+
+
+# ----------------------------------------------------------------------------------------------- distillation
+#
+# MT-DNN-KD (Liu et al. 2019, arXiv 1904.09482): for each task an ensemble of M teacher members gives soft
+# targets, the mean of their class probabilities; the student is trained on them together with the gold labels,
+# with the temperature T and the T^2 scaling of Hinton et al. (2015, arXiv 1503.02531) and DistilBERT
+# (Sanh et al. 2019, arXiv 1910.01108). Teacher outputs come as ``teacher_logits`` ``(batch, members, outputs)``:
+# class logits z_m for classification (or candidate scores for ranking), predictions (outputs = 1) for regression.
+
+
+def ensemble_probabilities(teacher_logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """Soft targets q = (1/M) sum_m softmax(z_m / T): ``(batch, members, classes)`` -> ``(batch, classes)``.
+
+    The members' *probabilities* are averaged (not their logits), as MT-DNN-KD (arXiv 1904.09482) describes.
+    """
+    return F.softmax(teacher_logits.float() / temperature, dim=-1).mean(dim=1)
+
+
+def ensemble_prediction(teacher_predictions: torch.Tensor) -> torch.Tensor:
+    """Regression: the members' mean prediction, ``(batch, members, 1)`` -> ``(batch,)``."""
+    return teacher_predictions.float().mean(dim=1).squeeze(-1)
+
+
+def distillation_cross_entropy(student_logits: torch.Tensor, teacher_logits: torch.Tensor, labels: torch.Tensor,
+                               weight: torch.Tensor, normalizer: float, temperature: float = 1.0,
+                               alpha: float = 0.5) -> torch.Tensor:
+    """Knowledge-distillation loss of a classification (or ranking) task.
+
+    Per example, with s the student's logits ``(batch, classes)`` and q = :func:`ensemble_probabilities` of
+    ``teacher_logits`` ``(batch, members, classes)`` at temperature T::
+
+        l = alpha * T^2 * ( - sum_c q_c log softmax(s / T)_c ) + (1 - alpha) * CE(s, gold)
+
+    (Hinton et al. 2015, arXiv 1503.02531: the T^2 keeps the soft term's gradient scale independent of T; MT-DNN-KD,
+    arXiv 1904.09482, uses T = 1.) The gradient of the soft term with respect to s is
+    ``alpha * T * (softmax(s / T) - q)``. Reduced as every loss here: ``sum_i w_i l_i / normalizer``.
+    """
+    soft = soft_cross_entropy(student_logits, ensemble_probabilities(teacher_logits, temperature), temperature)
+    gold = F.cross_entropy(student_logits.float(), labels, reduction="none")
+    return _reduce(alpha * temperature**2 * soft + (1.0 - alpha) * gold, weight, normalizer)
+
+
+def distillation_mse(student_scores: torch.Tensor, teacher_predictions: torch.Tensor, targets: torch.Tensor,
+                     weight: torch.Tensor, normalizer: float, temperature: float = 1.0,
+                     alpha: float = 0.5) -> torch.Tensor:
+    """Knowledge-distillation loss of a regression task: squared error to the members' mean prediction, mixed
+    with the gold squared error, ``l = alpha * (s - mean_m p_m)^2 + (1 - alpha) * (s - y)^2``.
+
+    ``student_scores`` ``(batch,)``, ``teacher_predictions`` ``(batch, members, 1)``, ``targets`` ``(batch,)``.
+    The temperature does not apply to regression (the argument is accepted for a uniform signature).
+    """
+    scores = student_scores.float()
+    soft = (scores - ensemble_prediction(teacher_predictions)) ** 2
+    gold = (scores - targets.float()) ** 2
+    return _reduce(alpha * soft + (1.0 - alpha) * gold, weight, normalizer)
+
+
+DISTILLATION_LOSSES = {"cross_entropy": distillation_cross_entropy, "mse": distillation_mse,
+                       "ranking_cross_entropy": distillation_cross_entropy}

@@ -39,9 +39,16 @@ def predictions(task_type: str, outputs: torch.Tensor) -> torch.Tensor:
 
 def update_metrics(metrics: MetricCollection, task_type: str, outputs: torch.Tensor, labels: torch.Tensor,
                    weight: torch.Tensor) -> None:
-    """Add a batch to ``metrics``, leaving out weight-0 (padding) examples."""
+    """Add a batch to ``metrics``, leaving out weight-0 (padding) examples.
+
+    Regression scores are accumulated in float64 (except on MPS, which has none): torchmetrics merges
+    Pearson's running moments across DDP ranks, and in float32 that merge alone moves the result by ~1e-6.
+    """
     keep = weight > 0
-    metrics.update(predictions(task_type, outputs)[keep], labels[keep])
+    preds, labels = predictions(task_type, outputs)[keep], labels[keep]
+    if task_type == "regression" and preds.device.type != "mps":
+        preds, labels = preds.double(), labels.double()
+    metrics.update(preds, labels)
 
 
 def compute_metrics(metrics: MetricCollection) -> dict[str, float]:

@@ -158,13 +158,14 @@ class MultiTaskBatchSampler(torch.utils.data.Sampler):
 class EvalBatchSampler(torch.utils.data.Sampler):
     """Batches of one split for evaluation, longest first, sharded across ranks without repeats.
 
-    Rank r evaluates rows ``r, r + W, ...`` of the length-sorted order, so no example is evaluated twice and
-    none is padded in; ranks may have one batch more or less than each other.
+    The batches are those of one process (the length-sorted order cut every ``batch_size`` rows); rank r takes
+    batches ``r, r + W, ...``. No example is evaluated twice and none is padded in, and every batch has the
+    same rows and padded length whatever the number of ranks, so predictions are identical to one process's.
     """
 
     def __init__(self, lengths: Sequence[int], batch_size: int, rank: int = 0, world_size: int = 1):
-        order = sorted(range(len(lengths)), key=lambda i: -lengths[i])[rank::world_size]
-        self.batches = [order[s:s + batch_size] for s in range(0, len(order), batch_size)]
+        order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+        self.batches = [order[s:s + batch_size] for s in range(0, len(order), batch_size)][rank::world_size]
 
     def __len__(self) -> int:
         return len(self.batches)

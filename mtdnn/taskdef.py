@@ -127,6 +127,10 @@ class TaskDef(_Strict):
     Ranking tasks (MT-DNN's pairwise ranking formulation, arXiv 1901.11504 section 3) score each of the
     ``candidates`` columns against the ``text`` columns (joined with a space) and take a softmax over the
     group; the ``label`` column holds the 0-based index of the correct candidate.
+
+    ``drop_labels`` lists label values that mark a row as having no gold label, such as SNLI's ``-`` (no
+    annotator majority; ``-1`` in the Hugging Face copy). Such rows are removed when the file is read, and
+    counted (:attr:`mtdnn.data.RawSplit.dropped`), instead of being errors.
     """
 
     name: str
@@ -143,10 +147,11 @@ class TaskDef(_Strict):
     sampling_weight: float = Field(default=1.0, gt=0.0)
     loss_weight: float = Field(default=1.0, ge=0.0)
     on_malformed: Literal["error", "skip"] = "error"
+    drop_labels: list[str] | None = None
     glue_name: str | None = None
     description: str | None = None
 
-    @field_validator("labels", mode="before")
+    @field_validator("labels", "drop_labels", mode="before")
     @classmethod
     def _labels_as_strings(cls, value):
         # YAML reads `labels: [0, 1]` as integers; label names are strings.
@@ -174,6 +179,9 @@ class TaskDef(_Strict):
                     f"metric '{metric}' does not fit a {self.type} task "
                     f"(allowed: {', '.join(sorted(ALLOWED_METRICS[self.type]))})"
                 )
+        if self.drop_labels and set(self.drop_labels) & set(self.labels or []):
+            raise ValueError(f"'drop_labels' {self.drop_labels} overlaps 'labels' {self.labels}: a value cannot be "
+                             "both a class and a row to drop")
         if "f1" in (self.metrics or []) and len(self.labels or []) != 2:
             raise ValueError("metric 'f1' is the binary F1 of class 1 and needs exactly two labels")
         for split, spec in self.splits.items():

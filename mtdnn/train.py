@@ -11,6 +11,7 @@ the export of the best epoch's model and, last, ``metrics.json``.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import signal
@@ -60,6 +61,8 @@ def add_trainer_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--precision", default="32-true",
                    help="32-true (default), bf16-mixed or 16-mixed (GPU), bf16-true")
     g.add_argument("--num-workers", type=int, default=0, help="DataLoader worker processes (default: 0)")
+    g.add_argument("--compile", action="store_true",
+                   help="torch.compile the encoder (in place: checkpoints keep their parameter names)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -76,6 +79,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-dir", default=None,
                    help="run directory (default: runs/<task-defs>-<tasks>-seed<seed>)")
     p.add_argument("--overwrite", action="store_true", help="replace a run directory that holds a complete run")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the interrupted run in --output-dir from checkpoints/last.ckpt (same flags)")
+    p.add_argument("--checkpoint-every-n-steps", type=positive_int, default=None, metavar="N",
+                   help="also save checkpoints/last.ckpt every N optimizer steps (always at epoch ends and on SIGTERM)")
     g = p.add_argument_group("optimisation")
     g.add_argument("--max-epochs", type=positive_int, default=3)
     g.add_argument("--batch-size", type=positive_int, default=32, help="global batch size (all ranks together)")
@@ -94,6 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--limit-train-examples", type=positive_int, default=None, metavar="N",
                    help="use the first N rows of each task's train split")
     g.add_argument("--pad-to-multiple-of", type=positive_int, default=1, help="pad lengths to a multiple (8 on GPU)")
+    g.add_argument("--dropout", type=float, default=None,
+                   help="override every dropout probability, encoder and heads (default: the encoder's and tasks')")
     p.add_argument("--trust-remote-code", action="store_true",
                    help="allow encoders with custom code from the hub (off by default)")
     add_trainer_args(p)
@@ -159,21 +168,78 @@ def copy_matching_heads(model, export_dir: Path, tasks: dict[str, TaskDef]) -> l
 FAULT_ENV = "MTDNN_FAULT_AT_STEP"
 
 
-def fault_injection_callback():
-    """With ``$MTDNN_FAULT_AT_STEP=N``, interrupt training (as Ctrl-C would) once N optimizer steps are done.
+TRACE_ENV = "MTDNN_TRACE_DIR"
 
-    For tests of interruption and resume: a fixed step, never a timer.
+
+def engineering_callbacks(last_checkpoint: Path, every_n_steps: int | None = None) -> list:
+    """Callbacks for faults and resumption (engineering, not research).
+
+    - Every ``every_n_steps`` optimizer steps, and on SIGTERM (a scheduler pre-empting the job), save
+      ``last_checkpoint`` at the end of the step (atomically); after SIGTERM Lightning then stops the run.
+    - With ``$MTDNN_FAULT_AT_STEP=N``, send this process SIGTERM once N optimizer steps are done: tests of
+      interruption and exact resume use a fixed step, never a timer.
+    - With ``$MTDNN_TRACE_DIR``, every rank writes ``trace-rank<r>.jsonl``: per step the task and the real
+      example rows it trained on (for DDP tests).
     """
     import pytorch_lightning as pl
 
-    step = int(os.environ[FAULT_ENV])
-
-    class FaultAtStep(pl.Callback):
+    class SaveLastCheckpoint(pl.Callback):
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-            if trainer.global_step == step:
-                raise KeyboardInterrupt(f"{FAULT_ENV}={step}")
+            fault = os.environ.get(FAULT_ENV)
+            if fault and trainer.global_step == int(fault):
+                os.kill(os.getpid(), signal.SIGTERM)
+            if trainer.received_sigterm or (every_n_steps and trainer.global_step % every_n_steps == 0):
+                trainer.save_checkpoint(last_checkpoint)
 
-    return FaultAtStep()
+    class TraceSteps(pl.Callback):
+        def __init__(self, directory: Path):
+            self.directory, self.rows = directory, []
+
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            real = batch["idx"][batch["weight"] > 0].tolist()
+            self.rows.append({"epoch": trainer.current_epoch, "step": trainer.global_step, "task": batch["task"],
+                              "rows": real})
+
+        def on_train_end(self, trainer, pl_module):
+            self.directory.mkdir(parents=True, exist_ok=True)
+            path = self.directory / f"trace-rank{trainer.global_rank}.jsonl"
+            with path.open("a", encoding="utf-8") as f:
+                f.writelines(json.dumps(r) + "\n" for r in self.rows)
+
+    callbacks: list = [SaveLastCheckpoint()]
+    if os.environ.get(TRACE_ENV):
+        callbacks.append(TraceSteps(Path(os.environ[TRACE_ENV])))
+    return callbacks
+
+
+RESUME_MUST_MATCH = ("task_defs", "tasks", "encoder", "init_from", "max_epochs", "batch_size", "lr", "weight_decay",
+                     "warmup_ratio", "max_length", "schedule", "temperature", "seed", "limit_train_examples",
+                     "dropout")
+
+
+def check_resumable(run_dir: Path, args: argparse.Namespace) -> Path:
+    """The checkpoint to resume from, after checking that the run is incomplete and its flags match.
+
+    Raises:
+        CheckpointError: no such run, the run is complete, no last.ckpt, or the checkpoint is truncated.
+        ConfigError: a training flag differs from the interrupted run's ``config.yaml``.
+    """
+    from .errors import CheckpointError
+    from .runs import CHECKPOINT_DIR, CONFIG_FILE, load_checkpoint_file, read_metrics
+
+    if read_metrics(run_dir) is not None:
+        raise CheckpointError(f"{run_dir}: the run is complete; nothing to resume")
+    last = run_dir / CHECKPOINT_DIR / "last.ckpt"
+    config_path = run_dir / CONFIG_FILE
+    if not last.is_file() or not config_path.is_file():
+        raise CheckpointError(f"{run_dir}: no interrupted run to resume (need {CONFIG_FILE} and {last.name})")
+    load_checkpoint_file(last)  # a truncated or damaged checkpoint is reported here, before anything starts
+    saved = yaml.safe_load(config_path.read_text(encoding="utf-8"))["args"]
+    for key in RESUME_MUST_MATCH:
+        if saved.get(key) != getattr(args, key):
+            raise ConfigError(f"--resume: --{key.replace('_', '-')} is {getattr(args, key)!r} but the interrupted "
+                              f"run used {saved.get(key)!r} ({config_path})")
+    return last
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -203,6 +269,10 @@ def main(argv: list[str] | None = None) -> int:
         raise ConfigError(f"{args.task_defs}: none of the tasks {', '.join(tasks)} has a dev split to select on")
     if not 0 <= args.warmup_ratio < 1:
         raise ConfigError(f"--warmup-ratio: must be in [0, 1) (got {args.warmup_ratio})")
+    if args.dropout is not None and not 0 <= args.dropout < 1:
+        raise ConfigError(f"--dropout: must be in [0, 1) (got {args.dropout})")
+    if args.resume and args.overwrite:
+        raise ConfigError("--resume and --overwrite contradict each other")
     data_dir = resolve_data_dir(args.data_dir)
     for task in tasks.values():
         check_files(task, [s for s in ("train", "dev") if s in task.splits], data_dir)
@@ -215,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer = load_tokenizer(encoder, args.trust_remote_code)
     pl.seed_everything(args.seed, workers=True, verbose=False)
     module = MultiTaskModule(encoder, {n: t.to_plain() for n, t in tasks.items()}, lr=args.lr,
-                             weight_decay=args.weight_decay, warmup_ratio=args.warmup_ratio,
+                             weight_decay=args.weight_decay, warmup_ratio=args.warmup_ratio, dropout=args.dropout,
                              trust_remote_code=args.trust_remote_code)
     if init_export is not None:
         copied = copy_matching_heads(module.model, init_export, tasks)
@@ -227,18 +297,27 @@ def main(argv: list[str] | None = None) -> int:
                                      max_length=args.max_length, pad_to_multiple_of=args.pad_to_multiple_of,
                                      num_workers=args.num_workers)
     run_dir = Path(args.output_dir) if args.output_dir else default_output_dir(args.task_defs, list(tasks), args.seed)
+    resume_from = check_resumable(run_dir, args) if args.resume else None
     if is_global_zero():
         datamodule.prepare_data()  # parse and tokenize now, so data errors come before the run directory
-        prepare_run_dir(run_dir, args.overwrite)
-        config = {"command": "train", "args": {k: v for k, v in vars(args).items()}, "data_dir": str(data_dir),
-                  "encoder": encoder, "tasks": {n: t.to_plain() for n, t in tasks.items()}}
-        write_atomic(run_dir / CONFIG_FILE, yaml.safe_dump(config, sort_keys=False))
+        if resume_from is None:
+            prepare_run_dir(run_dir, args.overwrite)
+            config = {"command": "train", "args": {k: v for k, v in vars(args).items()},
+                      "data_dir": str(data_dir), "encoder": encoder,
+                      "tasks": {n: t.to_plain() for n, t in tasks.items()}}
+            write_atomic(run_dir / CONFIG_FILE, yaml.safe_dump(config, sort_keys=False))
+    if args.compile:
+        module.model.encoder.compile()  # in place: parameter names (and checkpoints) stay those of the encoder
 
     # 2. Train.
+    # best.ckpt by the dev average (first of equal scores); last.ckpt at every epoch end, listed after it so that
+    # it holds the updated best-score state (Lightning 2.6's save_last skips epochs that are not a new best).
     checkpoint = ModelCheckpoint(dirpath=run_dir / CHECKPOINT_DIR, filename="best", monitor="dev/average",
-                                 mode="max", save_top_k=1, save_last=True, auto_insert_metric_name=False,
-                                 enable_version_counter=False)
-    callbacks = [checkpoint] + ([fault_injection_callback()] if os.environ.get(FAULT_ENV) else [])
+                                 mode="max", save_top_k=1, auto_insert_metric_name=False, enable_version_counter=False)
+    last = ModelCheckpoint(dirpath=run_dir / CHECKPOINT_DIR, filename="last", monitor=None, save_top_k=1,
+                           every_n_epochs=1, auto_insert_metric_name=False, enable_version_counter=False)
+    callbacks = [checkpoint, last, *engineering_callbacks(run_dir / CHECKPOINT_DIR / "last.ckpt",
+                                                          args.checkpoint_every_n_steps)]
     loggers = [CSVLogger(run_dir, name="logs", version="")]
     try:
         from pytorch_lightning.loggers import TensorBoardLogger
@@ -256,16 +335,19 @@ def main(argv: list[str] | None = None) -> int:
                          deterministic=False)
     sigint = signal.getsignal(signal.SIGINT)
     try:
-        trainer.fit(module, datamodule=datamodule)
-    except SystemExit:  # Lightning exits(1) after a graceful shutdown on Ctrl-C
+        trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
+    except SystemExit:  # Lightning exits after a graceful shutdown on Ctrl-C or SIGTERM
         if not trainer.interrupted:
             raise
     finally:
         signal.signal(signal.SIGINT, sigint)  # Lightning leaves SIGINT ignored after an interrupt
     if trainer.interrupted:
-        print(f"interrupted: checkpoints are in {run_dir / CHECKPOINT_DIR}; no metrics.json written",
-              file=sys.stderr)
-        return 130
+        print(f"interrupted: resume with --resume from {run_dir / CHECKPOINT_DIR / 'last.ckpt'}; "
+              "no metrics.json written", file=sys.stderr)
+        return 143 if trainer.received_sigterm else 130
+    expected_steps = args.max_epochs * len(datamodule.train_sampler)
+    if trainer.global_step != expected_steps:
+        raise RuntimeError(f"training ended after {trainer.global_step} optimizer steps, expected {expected_steps}")
     if not trainer.is_global_zero:
         return 0
 
@@ -274,6 +356,7 @@ def main(argv: list[str] | None = None) -> int:
     state = load_checkpoint_file(best_path)
     module.load_state_dict(state["state_dict"])
     module.model.cpu().float()
+
     export_model(module.model, tokenizer, tasks, run_dir / EXPORT_DIR, source_encoder=args.encoder)
     write_json_atomic(run_dir / SCHEDULE_FILE, schedule_summary(module.step_log, args.schedule, args.batch_size))
     summary = metrics_summary(module.dev_history, best_path, run_dir)

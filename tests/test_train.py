@@ -96,12 +96,13 @@ def test_init_from_copies_encoder_and_matching_heads(two_task_run, data_dir, tmp
 
 
 def test_interrupted_run_keeps_last_checkpoint_and_writes_no_metrics(tmp_path, data_dir, tiny_encoder, monkeypatch):
-    monkeypatch.setenv("MTDNN_FAULT_AT_STEP", "10")  # epoch 1 has 8 steps
+    monkeypatch.setenv("MTDNN_FAULT_AT_STEP", "10")  # SIGTERM after step 10; epoch 1 has 8 steps
     run_dir = tmp_path / "interrupted"
-    assert main(train_args(run_dir, data_dir, tiny_encoder)) == 130
+    assert main(train_args(run_dir, data_dir, tiny_encoder)) == 143
     assert not (run_dir / "metrics.json").exists()
     ckpt = torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
-    assert ckpt["epoch"] == 0 and ckpt["global_step"] == 8
+    assert ckpt["epoch"] == 1 and ckpt["global_step"] == 10
+    assert not list((run_dir / "checkpoints").glob("*.tmp"))
 
 
 def test_epochs_are_reshuffled_inside_a_lightning_fit(data_dir, tiny_encoder, tokenizer):

@@ -1,0 +1,187 @@
+"""Using a trained model: load it from a run or an export, score examples in batches, decode the outputs.
+
+    run directory (best checkpoint, or --checkpoint) | export directory
+        --load_model--> LoadedModel(model, tokenizer, tasks, the run's evaluation settings)
+    TokenizedSplit --predict_outputs--> outputs in input order: logits (n, classes) | scores (n,) | (n, candidates)
+    outputs --decode--> label names (or scores for regression) with probabilities
+
+Batches are formed exactly as training's dev evaluation forms them (:class:`mtdnn.schedule.EvalBatchSampler`:
+longest first, the run's eval batch size and padding multiple), so that ``mtdnn.evaluate`` on a run's best
+checkpoint reproduces its ``metrics.json`` to the bit (a run trained in one process, scored on the same kind of
+device): the same examples meet in the same padded batches, in the same order, and torchmetrics accumulates
+them in that order. (A DDP run's ranks each scored a shard, so its numbers can differ in the last digits.) Sorting by length also keeps padding small,
+which is most of the speed of batched prediction; the outputs are put back in input order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+from .data import TokenizedSplit, collate, resolve_data_dir
+from .errors import CheckpointError, ConfigError
+from .export import is_export_dir, load_export
+from .metrics import update_metrics
+from .model import MultiTaskModel, load_encoder, load_tokenizer
+from .runs import CONFIG_FILE, EXPORT_DIR, complete_run, load_checkpoint_file
+from .schedule import EvalBatchSampler
+from .taskdef import TaskDef, parse_tasks
+
+DEFAULT_BATCH_SIZE = 64  # training's --eval-batch-size default
+
+
+@dataclass
+class LoadedModel:
+    """A trained model ready for inference (eval mode) and the settings its run evaluated with.
+
+    ``source`` is the checkpoint file or export directory that was loaded; ``data_dir`` the run's data root
+    (None for an export); ``max_length`` the run's ``--max-length`` override (None: each task's own).
+    """
+
+    model: MultiTaskModel
+    tokenizer: Any
+    tasks: dict[str, TaskDef]
+    model_dir: Path
+    source: str
+    eval_batch_size: int = DEFAULT_BATCH_SIZE
+    max_length: int | None = None
+    pad_to_multiple_of: int = 1
+    data_dir: str | None = None
+
+    def task(self, name: str) -> TaskDef:
+        """The definition of a task the model has a head for.
+
+        Raises:
+            ConfigError: the model was not trained on ``name``.
+        """
+        if name not in self.tasks:
+            raise ConfigError(f"{self.model_dir}: task '{name}' was not trained by this model "
+                              f"(its tasks: {', '.join(self.tasks)})")
+        return self.tasks[name]
+
+    def resolve_data_dir(self, flag: str | None) -> Path:
+        """``--data-dir``, else the run's data root when it still exists, else the default data root."""
+        if flag is None and self.data_dir and Path(self.data_dir).is_dir():
+            return Path(self.data_dir)
+        return resolve_data_dir(flag)
+
+
+def _read_config(run_dir: Path) -> dict:
+    path = run_dir / CONFIG_FILE
+    try:
+        config = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as err:
+        raise CheckpointError(f"{path}: cannot read the run's configuration ({err})") from None
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{path}: not a run configuration (expected a mapping)")
+    return config
+
+
+def _checkpoint_path(run_dir: Path, checkpoint: str | None, metrics: dict) -> Path:
+    """``--checkpoint`` as given or relative to the run directory; by default the run's best checkpoint."""
+    if checkpoint is None:
+        return run_dir / metrics["best"]["checkpoint"]
+    given = Path(checkpoint)
+    return given if given.is_file() or given.is_absolute() else run_dir / given
+
+
+def _load_run(run_dir: Path, checkpoint: str | None) -> LoadedModel:
+    metrics = complete_run(run_dir)
+    config = _read_config(run_dir)
+    path = _checkpoint_path(run_dir, checkpoint, metrics)
+    state = load_checkpoint_file(path)
+    hparams, weights = state.get("hyper_parameters"), state.get("state_dict")
+    if not isinstance(hparams, dict) or not isinstance(hparams.get("tasks"), dict) or not isinstance(weights, dict):
+        raise CheckpointError(f"{path}: not an mtdnn training checkpoint (no hyper_parameters.tasks or state_dict)")
+    definitions = {n: {k: v for k, v in t.items() if k != "name"} for n, t in hparams["tasks"].items()}
+    tasks = parse_tasks({"tasks": definitions}, str(path))
+    # The architecture and tokenizer come from the run's export (always local); the weights from the checkpoint.
+    export_encoder = run_dir / EXPORT_DIR / "encoder"
+    encoder_name = str(export_encoder if export_encoder.is_dir() else hparams.get("encoder", config.get("encoder")))
+    trust = bool(hparams.get("trust_remote_code", False))
+    model = MultiTaskModel(load_encoder(encoder_name, trust), tasks)
+    try:
+        model.load_state_dict({k.removeprefix("model."): v for k, v in weights.items() if k.startswith("model.")})
+    except RuntimeError as err:
+        raise CheckpointError(f"{path}: its weights do not fit the run's model ({err})") from None
+    args = config.get("args") or {}
+    return LoadedModel(model.eval(), load_tokenizer(encoder_name, trust), tasks, run_dir, str(path),
+                       eval_batch_size=int(args.get("eval_batch_size") or DEFAULT_BATCH_SIZE),
+                       max_length=args.get("max_length"), pad_to_multiple_of=int(args.get("pad_to_multiple_of") or 1),
+                       data_dir=config.get("data_dir"))
+
+
+def resolve_device(name: str) -> str:
+    """``auto``: cuda when available, else cpu; any other name (cpu, cuda:1, mps) is returned as is."""
+    return ("cuda" if torch.cuda.is_available() else "cpu") if name == "auto" else name
+
+
+def load_model(path: str | Path, checkpoint: str | None = None) -> LoadedModel:
+    """Load a trained model, on CPU in eval mode, from a complete run directory or an export directory.
+
+    A run gives its best checkpoint (``metrics.json``'s ``best.checkpoint``) unless ``checkpoint`` names
+    another (a path, or one relative to the run directory), and the evaluation settings of ``config.yaml``.
+    An export needs nothing else: encoder, tokenizer, heads and task definitions are all inside it.
+
+    Raises:
+        CheckpointError: no such directory, an incomplete run, a missing or damaged checkpoint.
+        ConfigError: ``checkpoint`` given with an export.
+    """
+    path = Path(path)
+    if is_export_dir(path):
+        if checkpoint is not None:
+            raise ConfigError(f"--checkpoint: {path} is an export (one model); checkpoints belong to run directories")
+        model, tokenizer, tasks = load_export(path)
+        return LoadedModel(model, tokenizer, tasks, path, str(path))
+    return _load_run(path, checkpoint)
+
+
+@torch.inference_mode()
+def predict_outputs(model: MultiTaskModel, task: TaskDef, split: TokenizedSplit, pad_token_id: int,
+                    batch_size: int = DEFAULT_BATCH_SIZE, pad_to_multiple_of: int = 1, metrics=None,
+                    device: str | torch.device = "cpu") -> torch.Tensor:
+    """The head's outputs for every row of ``split``, in the split's order, float32 on CPU.
+
+    Rows are batched longest first (:class:`~mtdnn.schedule.EvalBatchSampler`) and dynamically padded.
+    Returns logits ``(n, num_labels)`` (classification), scores ``(n,)`` (regression) or candidate scores
+    ``(n, num_candidates)`` (ranking). When ``metrics`` (a torchmetrics collection on ``device``) is given and
+    the split is labelled, every batch is added to it in batch order, as training's validation does.
+    """
+    orders, outputs = [], []
+    for rows in EvalBatchSampler(split.lengths, batch_size):
+        batch = collate([split[i] for i in rows], task, pad_token_id, pad_to_multiple_of)
+        types = batch.get("token_type_ids")
+        out = model(task.name, batch["input_ids"].to(device), batch["attention_mask"].to(device),
+                    None if types is None else types.to(device))
+        if metrics is not None and "labels" in batch:
+            update_metrics(metrics, task.type, out, batch["labels"].to(device), batch["weight"].to(device))
+        orders.append(batch["idx"])
+        outputs.append(out.float().cpu())
+    result = torch.cat(outputs)
+    restored = torch.empty_like(result)
+    restored[torch.cat(orders)] = result
+    return restored
+
+
+def decode(task: TaskDef, outputs: torch.Tensor) -> list[dict]:
+    """Turn head outputs into predictions, one dict per row.
+
+    classification: ``{"prediction": label name, "probability": p, "probabilities": {label: p}}`` with
+    p = softmax(logits); regression: ``{"prediction": score}``; ranking: the index of the chosen candidate,
+    with the softmax over the group keyed by candidate column.
+    """
+    if task.type == "regression":
+        return [{"prediction": float(s)} for s in outputs.tolist()]
+    names = task.labels if task.type == "classification" else task.candidates
+    assert names is not None
+    probs = outputs.float().softmax(-1)
+    best = probs.argmax(-1).tolist()
+    rows = []
+    for i, p in zip(best, probs.tolist()):
+        rows.append({"prediction": names[i] if task.type == "classification" else i, "probability": p[i],
+                     "probabilities": dict(zip(names, p))})
+    return rows

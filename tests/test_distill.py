@@ -1,0 +1,454 @@
+"""Distillation (MT-DNN-KD): the KD loss and its gradient, ensemble averaging, the teacher build (cache reuse,
+invalidation, resume), the student end to end on real data slices with a tiny encoder, and bad input."""
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+import yaml
+
+from mtdnn import teachers
+from mtdnn.errors import CheckpointError, ConfigError, run_cli
+from mtdnn.losses import (distillation_cross_entropy, distillation_mse, ensemble_prediction, ensemble_probabilities,
+                          soft_cross_entropy)
+
+ROOT = Path(__file__).resolve().parents[1]
+GLUE = str(ROOT / "task_defs" / "glue.yaml")
+SLICES = {"glue/RTE/train.tsv": 96, "glue/RTE/dev.tsv": 48, "glue/STS-B/train.tsv": 96, "glue/STS-B/dev.tsv": 48}
+
+
+# ------------------------------------------------------------------------------------------------ the loss
+
+
+def test_soft_loss_equals_cross_entropy_for_one_hot_targets_at_t1():
+    torch.manual_seed(0)
+    s, y = torch.randn(6, 3), torch.tensor([0, 2, 1, 1, 0, 2])
+    q = F.one_hot(y, 3).float()
+    assert torch.allclose(soft_cross_entropy(s, q, 1.0), F.cross_entropy(s, y, reduction="none"), atol=1e-6)
+    # teacher logits whose softmax is exactly one-hot: the whole KD loss is CE(s, y) for any alpha
+    teacher = torch.full((6, 2, 3), float("-inf")).scatter(2, y.view(6, 1, 1).expand(6, 2, 1), 0.0)
+    for alpha in (0.0, 0.3, 1.0):
+        loss = distillation_cross_entropy(s, teacher, y, torch.ones(6), 6.0, temperature=1.0, alpha=alpha)
+        assert loss.item() == pytest.approx(F.cross_entropy(s, y).item(), abs=1e-6)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 2.0, 4.0])
+@pytest.mark.parametrize("alpha", [1.0, 0.3])
+def test_gradient_is_alpha_t_times_softmax_minus_q(temperature, alpha):
+    # Per example, before normalisation: with weight 1 and normalizer 1 the loss is the sum of the examples' losses,
+    # so row i of d loss / d s is the gradient of example i's loss l_i with respect to its own logits s_i. Its soft
+    # part is alpha * T * (softmax(s_i / T) - q_i); the gold part (1 - alpha) * (softmax(s_i) - onehot(y_i)).
+    torch.manual_seed(1)
+    s = torch.randn(5, 4, requires_grad=True)
+    z, y = torch.randn(5, 3, 4) * 3, torch.tensor([0, 3, 1, 2, 1])
+    loss = distillation_cross_entropy(s, z, y, torch.ones(5), 1.0, temperature=temperature, alpha=alpha)
+    (grad,) = torch.autograd.grad(loss, s)
+    q = F.softmax(z / temperature, dim=-1).mean(1)
+    soft = alpha * temperature * (F.softmax(s.detach() / temperature, -1) - q)
+    gold = (1 - alpha) * (F.softmax(s.detach(), -1) - F.one_hot(y, 4).float())
+    assert torch.allclose(grad - gold, soft, atol=1e-6)
+    # the DDP convention: sum_i w_i l_i / normalizer, so example i's row is scaled by w_i / normalizer
+    weight = torch.tensor([1.0, 1.0, 0.0, 1.0, 1.0])
+    (scaled,) = torch.autograd.grad(distillation_cross_entropy(s, z, y, weight, 4.0, temperature, alpha), s)
+    assert torch.allclose(scaled, grad * weight[:, None] / 4.0, atol=1e-6)
+
+
+def test_ensemble_averages_probabilities_not_logits():
+    z = torch.tensor([[[0.0, 0.0], [float(np.log(3.0)), 0.0]]])  # one example, two members
+    assert torch.allclose(ensemble_probabilities(z), torch.tensor([[0.625, 0.375]]))  # (0.5 + 0.75) / 2
+    averaged_logits = F.softmax(z.mean(1), -1)
+    assert not torch.allclose(ensemble_probabilities(z), averaged_logits, atol=1e-3)
+    t2 = ensemble_probabilities(z, temperature=2.0)
+    expected = (F.softmax(z[0, 0] / 2, -1) + F.softmax(z[0, 1] / 2, -1)) / 2
+    assert torch.allclose(t2[0], expected) and torch.allclose(t2.sum(-1), torch.ones(1))
+    # regression: the members' mean prediction; the KD loss mixes it with the gold target by alpha
+    preds = torch.tensor([[[1.0], [3.0]], [[0.0], [4.0]]])
+    assert torch.equal(ensemble_prediction(preds), torch.tensor([2.0, 2.0]))
+    s, gold = torch.tensor([2.5, 1.0]), torch.tensor([3.0, 1.0])
+    loss = distillation_mse(s, preds, gold, torch.ones(2), 2.0, alpha=0.25)
+    assert loss.item() == pytest.approx((0.25 * (0.25 + 1.0) + 0.75 * (0.25 + 0.0)) / 2)
+    # ensemble decisions and disagreement, as the teacher report computes them
+    outputs = torch.tensor([[[2.0, 0.0], [0.0, 1.0]], [[0.0, 1.0], [0.0, 2.0]], [[1.0, 0.0], [3.0, 0.0]]])
+    assert teachers.ensemble_outputs("classification", outputs).argmax(-1).tolist() == [0, 1, 0]
+    pairs = teachers.pairwise_disagreement("classification", outputs)
+    assert pairs == [{"members": [1, 2], "value": pytest.approx(1 / 3)}]
+
+
+def test_align_by_id_never_misaligns():
+    ids = ["a", "b", "c", "d"]
+    outputs = np.arange(8, dtype=np.float32).reshape(4, 2)
+    assert teachers.align(ids, outputs, ["c", "a"], "x").tolist() == [[4, 5], [0, 1]]
+    with pytest.raises(CheckpointError, match="1 example id.*not in the cached"):
+        teachers.align(ids, outputs, ["a", "z"], "x")
+    with pytest.raises(CheckpointError, match="duplicate"):
+        teachers.align(["a", "a", "c", "d"], outputs, ["a"], "x")
+
+
+def test_student_batches_carry_the_soft_targets_of_their_rows(data_dir, tokenizer):
+    from mtdnn.data import tokenized_split
+    from mtdnn.distill import DistillationDataModule
+    from mtdnn.taskdef import load_task_defs, select_tasks
+
+    tasks = select_tasks(load_task_defs(GLUE), ["rte", "stsb"], GLUE)
+    ids = tokenized_split(tasks["rte"], "train", data_dir, tokenizer).ids
+    shuffled = list(reversed(ids))  # cached in another order than the split's
+    outputs = np.array([[[float(i), -float(i)]] for i in shuffled], dtype=np.float32)  # (n, 1 member, 2)
+    dm = DistillationDataModule(tasks, data_dir, tokenizer, {"rte": (shuffled, outputs)}, batch_size=8,
+                                limit_train_examples=40)
+    dm.setup("fit")
+    seen = 0
+    for batch in dm.train_dataloader():
+        if batch["task"] == "rte":
+            expected = [float(ids[i]) for i in batch["idx"].tolist()]
+            assert batch["teacher_logits"].shape == (len(expected), 1, 2)
+            assert batch["teacher_logits"][:, 0, 0].tolist() == expected
+            seen += len(expected)
+        else:
+            assert "teacher_logits" not in batch
+    assert seen == 40
+
+
+def test_distillation_module_uses_soft_targets_on_distill_tasks_only(tiny_encoder):
+    from mtdnn.distill import DistillationModule
+    from mtdnn.taskdef import load_task_defs, select_tasks
+
+    tasks = select_tasks(load_task_defs(GLUE), ["rte", "stsb"], GLUE)
+    module = DistillationModule(tiny_encoder, {n: t.to_plain() for n, t in tasks.items()}, distill_tasks=["rte"],
+                                temperature=2.0, alpha=0.25)
+    torch.manual_seed(0)
+    s, z, y, w = torch.randn(4, 2), torch.randn(4, 3, 2), torch.tensor([0, 1, 1, 0]), torch.tensor([1.0, 1, 1, 0])
+    loss = module.task_loss({"task": "rte", "weight": w, "labels": y, "teacher_logits": z}, s)
+    assert loss.item() == pytest.approx(distillation_cross_entropy(s, z, y, w, 3.0, 2.0, 0.25).item(), abs=1e-6)
+    assert loss.item() != pytest.approx(F.cross_entropy(s[:3], y[:3]).item(), abs=1e-3)
+    scores, gold = torch.randn(4), torch.rand(4) * 5  # a gold task: its own loss, no teachers
+    assert module.task_loss({"task": "stsb", "weight": torch.ones(4), "labels": gold}, scores).item() == \
+        pytest.approx(F.mse_loss(scores, gold).item(), abs=1e-6)
+    with pytest.raises(RuntimeError, match="no teacher_logits"):
+        module.task_loss({"task": "rte", "weight": w, "labels": y}, s)
+    assert dict(module.hparams)["distill_tasks"] == ["rte"] and module.hparams.temperature == 2.0
+
+
+def test_layer_selection_keeps_the_chosen_layers(tiny_encoder):
+    from mtdnn.distill import select_layers
+    from mtdnn.model import load_encoder
+
+    source = load_encoder(tiny_encoder)
+    student = select_layers(load_encoder(tiny_encoder), [1], "spec")
+    assert student.config.num_hidden_layers == 1 and len(student.encoder.layer) == 1
+    assert torch.equal(student.encoder.layer[0].output.dense.weight, source.encoder.layer[1].output.dense.weight)
+    with pytest.raises(ConfigError, match="increasing indices in 0..1"):
+        select_layers(load_encoder(tiny_encoder), [1, 0], "spec")
+
+
+# ------------------------------------------------------------------------------------- teachers and student
+
+
+def slice_data(src: Path, dst: Path, drop_last: str | None = None) -> Path:
+    """Copy the first rows of the real RTE and STS-B files (after their header) into a new data root."""
+    for rel, rows in SLICES.items():
+        lines = (src / rel).read_text(encoding="utf-8").splitlines(keepends=True)[: rows + 1]
+        if rel == drop_last:
+            lines = lines[:-1]
+        (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+        (dst / rel).write_text("".join(lines), encoding="utf-8")
+    return dst
+
+
+def write_yaml(path: Path, doc: dict) -> str:
+    path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    return str(path)
+
+
+class Spy:
+    """Records calls to a function (optionally changing the environment for one of them)."""
+
+    def __init__(self, fn, key, fault_on=None, monkeypatch=None):
+        self.fn, self.key, self.fault_on, self.monkeypatch, self.calls = fn, key, fault_on, monkeypatch, []
+
+    def __call__(self, *args, **kwargs):
+        key = self.key(*args, **kwargs)
+        self.calls.append(key)
+        if key == self.fault_on:
+            self.monkeypatch.setenv("MTDNN_FAULT_AT_STEP", "2")  # interrupt this member's training
+            try:
+                return self.fn(*args, **kwargs)
+            finally:
+                self.monkeypatch.delenv("MTDNN_FAULT_AT_STEP")
+        return self.fn(*args, **kwargs)
+
+
+def member_of(argv):
+    return (argv[argv.index("--tasks") + 1], Path(argv[argv.index("--output-dir") + 1]).name)
+
+
+def outputs_of(export_dir, task_name, split, *args, **kwargs):
+    return (Path(export_dir).parent.parent.name, Path(export_dir).parent.name, split)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory, data_dir, tiny_encoder):
+    """A multi-task run on data slices, then a teacher build that is interrupted, resumed and rerun."""
+    from mtdnn import train
+
+    base = tmp_path_factory.mktemp("kd")
+    data = slice_data(data_dir, base / "data")
+    mt_run = base / "mt"
+    assert train.main([GLUE, "--tasks", "rte,stsb", "--data-dir", str(data), "--encoder", tiny_encoder, "--batch-size",
+                       "16", "--max-epochs", "1", "--accelerator", "cpu", "--output-dir", str(mt_run)]) == 0
+    spec = write_yaml(base / "teachers.yaml", {
+        "task_defs": GLUE, "from_run": str(mt_run), "output_dir": str(base / "teachers"), "tasks": ["rte", "stsb"],
+        "members": 2, "vary": {"seed": [1, 2], "dropout": [0.1, 0.2]},
+        "finetune": {"max_epochs": 1, "batch_size": 16, "lr": "1e-3"}})
+    args = [spec, "--data-dir", str(data), "--accelerator", "cpu"]
+    real_train, real_outputs = train.main, teachers.member_outputs
+    runs = {}
+    with pytest.MonkeyPatch.context() as mp:
+        for attempt in ("interrupted", "resumed", "rerun"):
+            trained = Spy(real_train, lambda argv: member_of(argv),
+                          fault_on=("stsb", "member-2") if attempt == "interrupted" else None, monkeypatch=mp)
+            computed = Spy(real_outputs, outputs_of)
+            mp.setattr(train, "main", trained)
+            mp.setattr(teachers, "member_outputs", computed)
+            stamps = {p: p.stat().st_mtime_ns for p in (base / "teachers").rglob("*.json")}
+            code = teachers.main(args)
+            complete = sorted(f"{p.parent.parent.name}/{p.parent.name}"
+                              for p in (base / "teachers").glob("*/*/metrics.json"))
+            runs[attempt] = {"code": code, "trained": trained.calls, "computed": computed.calls, "stamps": stamps,
+                             "complete": complete}
+    return {"base": base, "data": data, "mt_run": mt_run, "teacher_spec": spec, "teachers": base / "teachers",
+            "runs": runs, "tiny": tiny_encoder}
+
+
+def test_interrupted_teacher_build_resumes_without_redoing_finished_members(world):
+    interrupted, resumed = world["runs"]["interrupted"], world["runs"]["resumed"]
+    assert interrupted["code"] in (130, 143)  # the member's training was interrupted (Ctrl-C or SIGTERM)
+    assert interrupted["complete"] == ["rte/member-1", "rte/member-2", "stsb/member-1"]
+    assert interrupted["trained"] == [("rte", "member-1"), ("rte", "member-2"),
+                                      ("stsb", "member-1"), ("stsb", "member-2")]
+    assert resumed["code"] == 0
+    assert resumed["trained"] == [("stsb", "member-2")]  # the finished members are not trained again
+    assert resumed["computed"] == [("stsb", "member-2", "train"), ("stsb", "member-2", "dev")]  # nor re-run
+    assert resumed["complete"] == ["rte/member-1", "rte/member-2", "stsb/member-1", "stsb/member-2"]
+    # each member is a normal training run from the multi-task run, with its own seed and dropout
+    config = yaml.safe_load((world["teachers"] / "stsb" / "member-2" / "config.yaml").read_text())
+    assert config["args"]["tasks"] == ["stsb"] and config["args"]["seed"] == 2 and config["args"]["dropout"] == 0.2
+    assert Path(config["args"]["init_from"]) == world["mt_run"].resolve()
+
+
+def test_rerun_reuses_every_member_and_cached_output(world):
+    rerun = world["runs"]["rerun"]
+    assert rerun["code"] == 0 and rerun["trained"] == [] and rerun["computed"] == []
+    for path, stamp in rerun["stamps"].items():
+        if path.name == "fingerprint.json" or path.name == "metrics.json":
+            assert path.stat().st_mtime_ns == stamp, path
+
+
+def test_cached_outputs_are_the_members_logits_by_example_id(world):
+    from mtdnn.data import collate, tokenized_split
+    from mtdnn.export import load_export
+
+    export = world["teachers"] / "rte" / "member-1" / "export"
+    ids, outputs, fingerprint = teachers.read_outputs(world["teachers"] / "rte" / "logits" / "member-1-train")
+    assert outputs.dtype == np.float32 and outputs.shape == (SLICES["glue/RTE/train.tsv"], 2)
+    assert {"data", "tokenizer", "member_export", "count"} <= set(fingerprint)
+    model, tokenizer, tasks = load_export(export)
+    split = tokenized_split(tasks["rte"], "train", world["data"], tokenizer)
+    assert sorted(ids) == sorted(split.ids)
+    for row in (0, 17, 95):  # one example at a time: no padding, no batch order
+        batch = collate([split[row]], tasks["rte"], tokenizer.pad_token_id)
+        with torch.no_grad():
+            logits = model("rte", batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+        assert np.allclose(outputs[ids.index(split.ids[row])], logits[0].numpy(), atol=1e-5)
+    _, stsb, _ = teachers.read_outputs(world["teachers"] / "stsb" / "logits" / "member-2-dev")
+    assert stsb.shape == (SLICES["glue/STS-B/dev.tsv"], 1)
+
+
+def test_teacher_report_members_ensemble_and_disagreement(world):
+    from mtdnn.data import load_split
+    from mtdnn.runs import read_metrics
+
+    report = json.loads((world["teachers"] / "teachers.json").read_text())
+    rte = report["tasks"]["rte"]
+    scores = [read_metrics(world["teachers"] / "rte" / f"member-{k}")["best"]["tasks"]["rte"]["accuracy"]
+              for k in (1, 2)]
+    assert [m["score"] for m in rte["members"]] == scores
+    assert [m["seed"] for m in rte["members"]] == [1, 2] and [m["dropout"] for m in rte["members"]] == [0.1, 0.2]
+    assert rte["mean"] == pytest.approx(np.mean(scores)) and rte["std"] == pytest.approx(np.std(scores, ddof=1))
+    # the ensemble's accuracy, recomputed by hand from the cached dev logits
+    dev = load_split(teachers.load_task_defs(GLUE)["rte"], "dev", world["data"])
+    probs = 0
+    for k in (1, 2):
+        ids, logits, _ = teachers.read_outputs(world["teachers"] / "rte" / "logits" / f"member-{k}-dev")
+        order = [ids.index(ex.id) for ex in dev.examples]
+        probs = probs + torch.softmax(torch.from_numpy(logits[order]), -1) / 2
+    accuracy = (probs.argmax(-1) == torch.tensor([ex.label for ex in dev.examples])).float().mean().item()
+    assert rte["ensemble"]["score"] == pytest.approx(accuracy)
+    assert [p["members"] for p in rte["disagreement"]["pairs"]] == [[1, 2]]
+    assert report["tasks"]["stsb"]["disagreement"]["pairs"][0]["value"] > 0  # members differ
+    assert report["average"]["ensemble"] == pytest.approx((rte["ensemble"]["score"]
+                                                           + report["tasks"]["stsb"]["ensemble"]["score"]) / 2)
+    markdown = (world["teachers"] / "teachers.md").read_text()
+    assert "| task | metric | member 1 | member 2 | mean ± sd | ensemble |" in markdown and "| 1-2 |" in markdown
+
+
+def student_spec(world, name, **extra):
+    doc = {"task_defs": GLUE, "teachers": str(world["teachers"]), "output_dir": str(world["base"] / name),
+           "distill": ["rte", "stsb"], "temperature": 2.0, "alpha": 0.5,
+           "train": {"max_epochs": 1, "batch_size": 16, "lr": 1.0e-3, "limit_train_examples": 64}, **extra}
+    return write_yaml(world["base"] / f"{name}.yaml", doc)
+
+
+@pytest.fixture(scope="module")
+def student(world):
+    """The student, with the one-command form (teachers reused, nothing retrained)."""
+    from mtdnn import distill, train
+
+    spec = student_spec(world, "student")
+    with pytest.MonkeyPatch.context() as mp:
+        trained = Spy(train.main, member_of)
+        mp.setattr(train, "main", trained)
+        code = distill.main([world["teacher_spec"], spec, "--data-dir", str(world["data"]), "--accelerator", "cpu"])
+    assert code == 0 and trained.calls == []
+    return world["base"] / "student"
+
+
+def test_student_report_has_members_ensemble_and_student(world, student):
+    from mtdnn.runs import read_metrics
+
+    report = json.loads((student / "report.json").read_text())
+    teacher_report = json.loads((world["teachers"] / "teachers.json").read_text())
+    best = read_metrics(student)["best"]
+    for task, metric in (("rte", "accuracy"), ("stsb", "pearson")):
+        row = report["tasks"][task]
+        assert row["metric"] == metric and len(row["members"]) == 2
+        assert row["ensemble"] == teacher_report["tasks"][task]["ensemble"]
+        assert row["student"]["score"] == best["tasks"][task][metric]
+    assert report["average"]["student"] == pytest.approx((best["tasks"]["rte"]["accuracy"]
+                                                          + best["tasks"]["stsb"]["pearson"]) / 2)
+    assert report["average"]["mean"] == pytest.approx(np.mean(report["average"]["members"]))
+    assert report["student"]["temperature"] == 2.0 and report["student"]["alpha"] == 0.5
+    markdown = (student / "report.md").read_text()
+    assert "| task | metric | member 1 | member 2 | mean ± sd | ensemble | student |" in markdown
+    assert "| **average** |" in markdown
+    ckpt = torch.load(student / "checkpoints" / "best.ckpt", map_location="cpu", weights_only=True)
+    hp = ckpt["hyper_parameters"]
+    assert hp["distill_tasks"] == ["rte", "stsb"] and hp["temperature"] == 2.0 and hp["alpha"] == 0.5
+    assert (student / "export" / "heads.safetensors").is_file()
+
+
+def test_student_with_gold_task_and_layers_from_the_multitask_run(world):
+    from transformers import AutoConfig
+
+    from mtdnn import distill
+    from mtdnn.runs import read_metrics
+
+    spec = student_spec(world, "small", distill=["rte"], gold=["stsb"], alpha=1.0,
+                        init={"encoder": "multitask", "layers": [1]}, from_run=str(world["mt_run"]))
+    assert distill.main([spec, "--data-dir", str(world["data"]), "--accelerator", "cpu"]) == 0
+    run = world["base"] / "small"
+    assert AutoConfig.from_pretrained(run / "export" / "encoder").num_hidden_layers == 1
+    report = json.loads((run / "report.json").read_text())
+    assert list(report["tasks"]) == ["rte"] and list(report["gold_tasks"]) == ["stsb"]
+    assert report["gold_tasks"]["stsb"]["student"]["score"] == read_metrics(run)["best"]["tasks"]["stsb"]["pearson"]
+
+
+def copy_teachers(world, name) -> Path:
+    return Path(shutil.copytree(world["teachers"], world["base"] / name, ignore=shutil.ignore_patterns("checkpoints")))
+
+
+def run_exit_code(main, argv, capsys):
+    with pytest.raises(SystemExit) as info:
+        run_cli(main, argv)
+    return info.value.code, capsys.readouterr().err
+
+
+def test_soft_targets_from_other_data_are_an_error(world, capsys):
+    from mtdnn import distill
+
+    changed = slice_data(world["data"], world["base"] / "data-changed", drop_last="glue/RTE/train.tsv")
+    out = world["base"] / "never"
+    code, err = run_exit_code(distill.main, [student_spec(world, "never"), "--data-dir", str(changed)], capsys)
+    assert code == 2 and "fingerprint.json: field 'data'" in err and "another version of the data" in err
+    assert "95 rows" in err and not out.exists()
+    # the teacher build refuses members trained on other data, unless told to retrain them
+    code, err = run_exit_code(teachers.main, [world["teacher_spec"], "--data-dir", str(changed)], capsys)
+    assert code == 2 and "member-1.json" in err and "field 'data.train'" in err and "--retrain-changed" in err
+
+
+def test_a_changed_member_invalidates_its_cached_outputs(world, monkeypatch, capsys):
+    from safetensors.torch import load_file, save_file
+
+    from mtdnn import distill
+
+    copy = copy_teachers(world, "teachers-changed")
+    heads = copy / "rte" / "member-1" / "export" / "heads.safetensors"
+    save_file({k: v + 1.0 for k, v in load_file(str(heads)).items()}, str(heads))
+    spec = student_spec(world, "never2", teachers=str(copy))
+    code, err = run_exit_code(distill.main, [spec, "--data-dir", str(world["data"])], capsys)
+    assert code == 2 and "field 'member_export'" in err and "member 1 of task 'rte' changed" in err
+    assert not (world["base"] / "never2").exists()
+    # rebuilding the teachers recomputes that member's outputs only (no training)
+    computed = Spy(teachers.member_outputs, outputs_of)
+    monkeypatch.setattr(teachers, "member_outputs", computed)
+    assert teachers.main([world["teacher_spec"], "--teachers-dir", str(copy), "--data-dir", str(world["data"]),
+                          "--accelerator", "cpu"]) == 0
+    assert computed.calls == [("rte", "member-1", "train"), ("rte", "member-1", "dev")]
+
+
+@pytest.mark.parametrize("change, named, message", [
+    ({"temperature": 0}, "spec", "field 'temperature': Input should be greater than 0"),
+    ({"alpha": 1.5}, "spec", "field 'alpha': Input should be less than or equal to 1"),
+    ({"distill": ["rte", "mrpc"]}, "spec", "field 'distill': task(s) mrpc have no soft targets"),
+    ({"init": {"encoder": "MEMBER"}}, "spec", "field 'init.encoder'"),
+    ({"surprise": 1}, "spec", "field 'surprise': Extra inputs are not permitted"),
+    ({"teachers": "EMPTY"}, "teachers.yaml", "no teacher build here"),
+    ({"teachers": "NO_MEMBER"}, "member-2/export", "checkpoint of teacher member 2 of task 'stsb' not found"),
+])
+def test_bad_student_input_exits_2_with_nothing_written(world, capsys, change, named, message):
+    from mtdnn import distill
+
+    change = dict(change)
+    if change.get("teachers") == "EMPTY":
+        (world["base"] / "empty").mkdir(exist_ok=True)
+        change["teachers"] = str(world["base"] / "empty")
+    if change.get("teachers") == "NO_MEMBER":
+        copy = copy_teachers(world, "teachers-incomplete")
+        shutil.rmtree(copy / "stsb" / "member-2")
+        change["teachers"] = str(copy)
+    if change.get("init") == {"encoder": "MEMBER"}:
+        change["init"] = {"encoder": str(world["teachers"] / "rte" / "member-1" / "export" / "encoder")}
+    spec = student_spec(world, "bad", **change)
+    code, err = run_exit_code(distill.main, [spec, "--data-dir", str(world["data"])], capsys)
+    assert code == 2 and (spec if named == "spec" else named) in err and message in err, err
+    if "init" in change:
+        assert "never starts from a teacher member" in err
+    assert not (world["base"] / "bad").exists()
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"members": 3}, "field 'vary.seed': lists 2 values for 3 members"),
+    ({"vary": {"seed": [1, 1]}}, "field 'vary': members 1 and 2 have the same seed and dropout"),
+    ({"vary": {"seed": [1, 2], "dropout": [0.1, 1.5]}}, "field 'vary.dropout': a dropout must be in [0, 1)"),
+    ({"finetune": {"lr": "fast"}}, "field 'finetune.lr': Input should be a valid number (value: 'fast')"),
+    ({"tasks": ["rte", "nosuch"]}, "field 'tasks': no task named nosuch"),
+])
+def test_bad_teacher_input_exits_2_with_nothing_written(world, capsys, change, message):
+    doc = yaml.safe_load(Path(world["teacher_spec"]).read_text())
+    doc.update(change, output_dir=str(world["base"] / "bad-teachers"))
+    spec = write_yaml(world["base"] / "bad-teachers.yaml", doc)
+    code, err = run_exit_code(teachers.main, [spec, "--data-dir", str(world["data"])], capsys)
+    assert code == 2 and spec in err and message in err, err
+    assert not (world["base"] / "bad-teachers").exists()
+
+
+def test_missing_multitask_run_exits_2(world, capsys):
+    spec = write_yaml(world["base"] / "no-run.yaml", {**yaml.safe_load(Path(world["teacher_spec"]).read_text()),
+                                                      "output_dir": str(world["base"] / "no-run")})
+    code, err = run_exit_code(teachers.main, [spec, "--from-run", str(world["base"] / "nowhere"),
+                                              "--data-dir", str(world["data"])], capsys)
+    assert code == 2 and "--from-run: " in err and "nowhere: run directory does not exist" in err
+    assert not (world["base"] / "no-run").exists()

@@ -1,0 +1,290 @@
+"""Using a trained model: evaluate and predict from a run or an export, GLUE files, raw input, a YAML-only task."""
+
+import csv
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from mtdnn import evaluate, predict, train
+from mtdnn.errors import run_cli
+
+ROOT = Path(__file__).resolve().parents[1]
+GLUE = str(ROOT / "task_defs" / "glue.yaml")
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory, data_dir, tiny_encoder):
+    """A complete 2-epoch rte + stsb run of the tiny encoder (classification and regression heads)."""
+    path = tmp_path_factory.mktemp("runs") / "rte-stsb"
+    assert train.main([GLUE, "--tasks", "rte,stsb", "--data-dir", str(data_dir), "--encoder", tiny_encoder,
+                       "--limit-train-examples", "64", "--batch-size", "16", "--max-epochs", "2",
+                       "--accelerator", "cpu", "--output-dir", str(path)]) == 0
+    return path
+
+
+def read_tsv(path_or_text) -> list[dict]:
+    text = path_or_text if isinstance(path_or_text, str) else path_or_text.read_text()
+    return list(csv.DictReader(io.StringIO(text), delimiter="\t", quoting=csv.QUOTE_NONE))
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def assert_scores_equal(got: dict, expected: dict) -> None:
+    """Bit-identical: the same batches in the same order give the same floats (another batch size differs
+    by about 2e-6 in STS-B's Pearson, so even a 1e-6 tolerance would hide a batching change)."""
+    assert got == expected
+
+
+def exit_code_and_error(command, args, capsys) -> tuple[int, str]:
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(command.main, [str(a) for a in args])
+    return exit_info.value.code, capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------------------ evaluate
+
+
+def test_evaluate_reproduces_metrics_json_for_best_and_last_checkpoints(run_dir, capsys):
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert evaluate.main([str(run_dir)]) == 0  # dev, every task, the run's data root and best checkpoint
+    table = capsys.readouterr().out
+    result = json.loads((run_dir / "eval-dev.json").read_text())
+    assert result["checkpoint"].endswith("best.ckpt") and result["examples"] == {"rte": 277, "stsb": 1500}
+    assert_scores_equal(result["tasks"], metrics["best"]["tasks"])
+    assert result["average"] == metrics["best"]["average"]
+    assert "rte" in table and "pearson" in table and f"{metrics['best']['average']:.4f}" in table
+
+    out = run_dir.parent / "last.json"
+    assert evaluate.main([str(run_dir), "--checkpoint", "checkpoints/last.ckpt", "--output", str(out)]) == 0
+    last = json.loads(out.read_text())
+    assert last["checkpoint"].endswith("last.ckpt")
+    assert_scores_equal(last["tasks"], metrics["epochs"][-1]["tasks"])
+
+
+def test_evaluate_from_a_copied_export_alone(run_dir, data_dir, tmp_path):
+    from transformers import AutoModel
+
+    export = shutil.copytree(run_dir / "export", tmp_path / "model")  # no checkpoints, no run directory
+    assert AutoModel.from_pretrained(export / "encoder").config.hidden_size == 32
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    out = tmp_path / "eval.json"
+    assert evaluate.main([str(export), "--tasks", "rte", "--data-dir", str(data_dir), "--output", str(out)]) == 0
+    assert_scores_equal(json.loads(out.read_text())["tasks"], {"rte": metrics["best"]["tasks"]["rte"]})
+
+
+# ------------------------------------------------------------------------------------------------------ batching
+
+
+def test_batches_are_length_sorted_and_outputs_come_back_in_input_order(tiny_encoder):
+    from mtdnn.data import TokenizedSplit
+    from mtdnn.inference import predict_outputs
+    from mtdnn.taskdef import parse_tasks
+
+    task = parse_tasks({"tasks": {"t": {"type": "regression", "splits": {}, "text": ["s"], "label": "y"}}}, "mem")["t"]
+    lengths = [3, 9, 1, 7, 7, 2, 8, 5, 4, 6]
+    split = TokenizedSplit("t", "input", [str(i) for i in range(10)], [[5] * n for n in lengths], None, None, lengths)
+    seen = []
+
+    def length_model(task_name, input_ids, attention_mask, token_type_ids):  # output: each row's true length
+        seen.append(attention_mask.sum(-1).tolist())
+        return attention_mask.sum(-1).float()
+
+    outputs = predict_outputs(length_model, task, split, pad_token_id=0, batch_size=3)
+    assert outputs.tolist() == lengths
+    assert seen == [[9, 8, 7], [7, 6, 5], [4, 3, 2], [1]]
+
+
+def test_batched_predictions_equal_one_at_a_time(run_dir, data_dir):
+    from mtdnn.data import load_split, tokenize_examples
+    from mtdnn.inference import load_model, predict_outputs
+
+    loaded = load_model(run_dir)
+    task = loaded.task("rte")
+    examples = load_split(task, "dev", data_dir).examples[:40]
+    batched = predict_outputs(loaded.model, task, tokenize_examples(examples, task, loaded.tokenizer), 0, 16)
+    single = torch.cat([predict_outputs(loaded.model, task, tokenize_examples([ex], task, loaded.tokenizer), 0, 1)
+                        for ex in examples])
+    assert batched.shape == (40, 2)
+    assert torch.allclose(batched, single, atol=1e-5)
+
+
+# ------------------------------------------------------------------------------------------------------ predict
+
+
+def test_glue_submission_files(run_dir, data_dir, tmp_path):
+    out = tmp_path / "preds"
+    for task in ("rte", "stsb"):
+        assert predict.main([str(run_dir), "--task", task, "--split", "test", "--data-dir", str(data_dir),
+                             "--output", f"{out}/"]) == 0
+    rte = read_tsv(out / "RTE.tsv")
+    gold_index = [r["index"] for r in read_tsv(data_dir / "glue" / "RTE" / "test.tsv")]
+    assert list(rte[0]) == ["index", "prediction"] and [r["index"] for r in rte] == gold_index
+    assert len(rte) == 3000 and {r["prediction"] for r in rte} <= {"entailment", "not_entailment"}
+    stsb = read_tsv(out / "STS-B.tsv")
+    assert len(stsb) == 1379 and [r["index"] for r in stsb] == [str(i) for i in range(1379)]
+    assert all(float(r["prediction"]) == float(r["prediction"]) and len(r["prediction"].split(".")[1]) == 3
+               for r in stsb)  # finite scores with 3 decimals, as GLUE submissions usually have
+
+
+def test_text_stdin_and_file_inputs_agree(run_dir, tmp_path, capsys, monkeypatch):
+    pair = ["A man is playing a guitar.", "A person plays an instrument."]
+    assert predict.main([str(run_dir), "--task", "rte", "--text", *pair]) == 0
+    [single] = read_tsv(capsys.readouterr().out)
+    assert list(single) == ["id", "prediction", "probability", "prob_entailment", "prob_not_entailment"]
+    probs = [float(single["prob_entailment"]), float(single["prob_not_entailment"])]
+    assert sum(probs) == pytest.approx(1.0, abs=1e-5) and float(single["probability"]) == max(probs)
+    assert single["prediction"] == ["entailment", "not_entailment"][probs.index(max(probs))]
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO("The cat sat.\tA cat was sitting.\n\n" + "\t".join(pair) + "\n"))
+    out = tmp_path / "stdin.jsonl"
+    assert predict.main([str(run_dir), "--task", "rte", "--input", "-", "--format", "jsonl", "--output", str(out)]) == 0
+    rows = read_jsonl(out)
+    assert [r["id"] for r in rows] == ["0", "1"]
+    assert rows[1]["prediction"] == single["prediction"]
+    assert rows[1]["probabilities"]["entailment"] == pytest.approx(probs[0], abs=1e-5)
+
+    jsonl = tmp_path / "pairs.jsonl"
+    jsonl.write_text(json.dumps({"id": "q7", "sentence1": pair[0], "sentence2": pair[1]}) + "\n")
+    out = tmp_path / "file.tsv"
+    assert predict.main([str(run_dir), "--task", "rte", "--input", str(jsonl), "--output", str(out)]) == 0
+    [row] = read_tsv(out)
+    assert row["id"] == "q7" and row["prediction"] == single["prediction"]
+
+    assert predict.main([str(run_dir), "--task", "stsb", "--text", *pair, "--format", "jsonl"]) == 0
+    [score] = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert isinstance(score["prediction"], float) and "probabilities" not in score
+
+
+def test_a_copied_export_predicts_the_same_in_a_fresh_process(run_dir, data_dir, tmp_path):
+    export = shutil.copytree(run_dir / "export", tmp_path / "model")
+    here, there = tmp_path / "here.jsonl", tmp_path / "there.jsonl"
+    common = ["--task", "rte", "--split", "dev", "--data-dir", str(data_dir), "--format", "jsonl"]
+    assert predict.main([str(run_dir), *common, "--output", str(here)]) == 0  # best checkpoint, this process
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "mtdnn.predict", str(export), *common, "--output", str(there)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    a, b = read_jsonl(here), read_jsonl(there)
+    assert len(a) == 277 and [r["id"] for r in a] == [r["id"] for r in b]
+    assert [r["prediction"] for r in a] == [r["prediction"] for r in b]
+    assert max(abs(x["probability"] - y["probability"]) for x, y in zip(a, b)) <= 1e-6
+
+
+def test_ranking_input_and_output_use_the_candidate_columns():
+    from mtdnn.inference import decode
+    from mtdnn.taskdef import load_task_defs
+
+    task = load_task_defs(ROOT / "task_defs" / "arct.yaml")["arct"]
+    [example] = predict.parse_lines(["a claim\ta reason\twarrant a\twarrant b"], "<stdin>", task, "tsv")
+    assert example.text_a == "a claim a reason" and example.candidates == ["warrant a", "warrant b"]
+    [row] = decode(task, torch.tensor([[0.0, 2.0]]))
+    assert row["prediction"] == 1 and row["probabilities"]["warrant1"] == pytest.approx(0.880797, abs=1e-6)
+    table = read_tsv(predict.format_predictions(task, ["0"], [row], "tsv"))
+    assert table == [{"id": "0", "prediction": "1", "probability": "0.880797", "prob_warrant0": "0.119203",
+                      "prob_warrant1": "0.880797"}]
+
+
+# ------------------------------------------------------------------------------------------------------ custom task
+
+
+def test_custom_csv_task_by_yaml_alone(data_dir, tiny_encoder, tmp_path, capsys):
+    root = tmp_path / "data"
+    (root / "reviews").mkdir(parents=True)
+    (root / "glue").symlink_to(data_dir / "glue")
+    sst = read_tsv(data_dir / "glue" / "SST-2" / "train.tsv")
+    for name, rows in (("train", sst[:64]), ("dev", sst[64:96])):
+        with open(root / "reviews" / f"{name}.csv", "w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(["sentence", "label"])
+            writer.writerows([r["sentence"].strip(), ["negative", "positive"][int(r["label"])]] for r in rows)
+    yaml_path = tmp_path / "my_tasks.yaml"
+    yaml_path.write_text(
+        "tasks:\n"
+        "  reviews:\n"
+        "    type: classification\n"
+        "    splits:\n"
+        "      train: {path: reviews/train.csv, format: csv}\n"
+        "      dev: {path: reviews/dev.csv, format: csv}\n"
+        "    text: [sentence]\n"
+        "    label: label\n"
+        "    labels: [negative, positive]\n"
+        "  rte:\n"
+        "    type: classification\n"
+        "    splits: {train: {path: glue/RTE/train.tsv}, dev: {path: glue/RTE/dev.tsv}}\n"
+        "    text: [sentence1, sentence2]\n"
+        "    label: label\n"
+        "    labels: [entailment, not_entailment]\n")
+    run = tmp_path / "run"
+    assert train.main([str(yaml_path), "--data-dir", str(root), "--encoder", tiny_encoder, "--max-epochs", "1",
+                       "--limit-train-examples", "64", "--batch-size", "16", "--accelerator", "cpu",
+                       "--output-dir", str(run)]) == 0
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert set(metrics["best"]["tasks"]) == {"reviews", "rte"}
+    capsys.readouterr()
+
+    assert predict.main([str(run), "--task", "reviews", "--text", "a gripping , funny and moving film"]) == 0
+    [row] = read_tsv(capsys.readouterr().out)
+    assert row["prediction"] in {"negative", "positive"} and "prob_positive" in row
+    out = tmp_path / "reviews-dev.tsv"
+    assert predict.main([str(run), "--task", "reviews", "--split", "dev", "--output", str(out)]) == 0
+    assert len(read_tsv(out)) == 32
+    assert evaluate.main([str(run), "--tasks", "reviews", "--output", str(tmp_path / "e.json")]) == 0
+    assert_scores_equal(json.loads((tmp_path / "e.json").read_text())["tasks"],
+                        {"reviews": metrics["best"]["tasks"]["reviews"]})
+
+
+# ------------------------------------------------------------------------------------------------------ bad input
+
+
+def test_bad_runs_tasks_and_splits_exit_2(run_dir, data_dir, tmp_path, capsys):
+    interrupted = tmp_path / "interrupted"
+    (interrupted / "checkpoints").mkdir(parents=True)
+    (interrupted / "config.yaml").write_text("command: train\n")
+    damaged = tmp_path / "damaged.ckpt"
+    damaged.write_bytes(b"not a checkpoint")
+    cases = [
+        (evaluate, [interrupted], f"{interrupted}: not a complete run"),
+        (predict, [tmp_path / "nowhere", "--task", "rte", "--text", "a", "b"], "run directory does not exist"),
+        (evaluate, [run_dir, "--tasks", "rte,mrpc", "--data-dir", data_dir], "task 'mrpc' was not trained"),
+        (predict, [run_dir, "--task", "mrpc", "--text", "a", "b"], "task 'mrpc' was not trained"),
+        (evaluate, [run_dir, "--split", "test", "--data-dir", data_dir], "split 'test' has no labels"),
+        (evaluate, [run_dir, "--checkpoint", damaged], f"{damaged}: cannot read the checkpoint"),
+        (predict, [run_dir, "--text", "a", "b"], "has several tasks (rte, stsb)"),
+        (predict, [run_dir, "--task", "rte", "--text", "only one"], "--text: task 'rte' takes 2 text(s)"),
+    ]
+    for command, args, message in cases:
+        code, err = exit_code_and_error(command, args, capsys)
+        assert code == 2 and message in err, (args, err)
+
+
+def test_bad_input_lines_exit_2_and_write_no_output(run_dir, tmp_path, capsys, monkeypatch):
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("a premise\ta hypothesis\n\nfirst\tsecond\tthird\n")
+    empty = tmp_path / "empty.tsv"
+    empty.write_text("\n\n")
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"sentence1": "a", "sentence2": "b"}\n{"sentence1": "a"}\n')
+    out = tmp_path / "out.tsv"
+    cases = [
+        ([bad], f"{bad}: line 3: task 'rte': expected 2 tab-separated field(s) (sentence1, sentence2), found 3"),
+        ([empty], f"{empty}: no examples (the input is empty)"),
+        ([broken], f"{broken}: line 2: task 'rte': field 'sentence2' is missing"),
+    ]
+    for input_path, message in cases:
+        code, err = exit_code_and_error(predict, [run_dir, "--task", "rte", "--input", *input_path,
+                                                  "--output", out], capsys)
+        assert code == 2 and message in err, err
+        assert not out.exists()
+    monkeypatch.setattr(sys, "stdin", io.StringIO("just one field\n"))
+    code, err = exit_code_and_error(predict, [run_dir, "--task", "rte", "--input", "-", "--output", out], capsys)
+    assert code == 2 and "<stdin>: line 1: task 'rte': expected 2" in err
+    assert not out.exists() and not list(tmp_path.glob("out.tsv*"))
