@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import sys
 import warnings
 from pathlib import Path
@@ -397,16 +396,11 @@ def train_student(spec: StudentSpec, spec_path: str, tasks: dict[str, TaskDef], 
                   teacher_dir: Path | None, manifest: dict | None, args: argparse.Namespace) -> int:
     """Validate the soft targets, then train, export and report the student (see the module docstring)."""
     import pytorch_lightning as pl
-    from pytorch_lightning.callbacks import ModelCheckpoint
-    from pytorch_lightning.loggers import CSVLogger
 
     from .data import tokenized_split
-    from .export import export_model
     from .model import load_encoder, load_tokenizer
-    from .runs import (AtomicCheckpointIO, CHECKPOINT_DIR, CONFIG_FILE, EXPORT_DIR, METRICS_FILE, SCHEDULE_FILE,
-                       load_checkpoint_file, prepare_run_dir, write_atomic, write_json_atomic)
-    from .train import (copy_matching_heads, engineering_callbacks, is_global_zero, metrics_summary, schedule_summary,
-                        trainer_strategy)
+    from .runs import CONFIG_FILE, prepare_run_dir, write_atomic, write_json_atomic
+    from .train import copy_matching_heads, fit_and_export, is_global_zero
 
     cfg = spec.train
     # 1. The starting point and the soft targets, checked before the run directory is made.
@@ -455,40 +449,11 @@ def train_student(spec: StudentSpec, spec_path: str, tasks: dict[str, TaskDef], 
         log.info("student initialised from %s: encoder and heads of %s", heads_from, ", ".join(copied) or "no task")
     if getattr(args, "compile", False):
         module.model.encoder.compile()  # in place, as mtdnn.train does
-    checkpoint = ModelCheckpoint(dirpath=run_dir / CHECKPOINT_DIR, filename="best", monitor="dev/average",
-                                 mode="max", save_top_k=1, auto_insert_metric_name=False, enable_version_counter=False)
-    last = ModelCheckpoint(dirpath=run_dir / CHECKPOINT_DIR, filename="last", monitor=None, save_top_k=1,
-                           every_n_epochs=1, auto_insert_metric_name=False, enable_version_counter=False)
-    callbacks = [checkpoint, last, *engineering_callbacks(run_dir / CHECKPOINT_DIR / "last.ckpt")]
-    trainer = pl.Trainer(max_epochs=cfg.max_epochs, accelerator=args.accelerator, devices=args.devices,
-                         num_nodes=args.num_nodes, strategy=trainer_strategy(args.strategy), precision=args.precision,
-                         gradient_clip_val=cfg.gradient_clip or None, use_distributed_sampler=False,
-                         callbacks=callbacks, logger=[CSVLogger(run_dir, name="logs", version="")],
-                         plugins=[AtomicCheckpointIO()], default_root_dir=run_dir, log_every_n_steps=10,
-                         enable_model_summary=False)
-    sigint = signal.getsignal(signal.SIGINT)
-    try:
-        trainer.fit(module, datamodule=datamodule)
-    except SystemExit:  # Lightning exits after a graceful shutdown on Ctrl-C or SIGTERM
-        if not trainer.interrupted:
-            raise
-    finally:
-        signal.signal(signal.SIGINT, sigint)
-    if trainer.interrupted:
-        print(f"interrupted: checkpoints are in {run_dir / CHECKPOINT_DIR}; no metrics.json written (rerun the "
-              "same command to train the student again)", file=sys.stderr)
-        return 143 if trainer.received_sigterm else 130
-    if not trainer.is_global_zero:
-        return 0
-
-    # 3. Export the best epoch, metrics.json, then the report.
-    best_path = Path(checkpoint.best_model_path)
-    module.load_state_dict(load_checkpoint_file(best_path)["state_dict"])
-    module.model.cpu().float()
-    export_model(module.model, tokenizer, tasks, run_dir / EXPORT_DIR, source_encoder=source)
-    write_json_atomic(run_dir / SCHEDULE_FILE, schedule_summary(module.step_log, cfg.schedule, cfg.batch_size))
-    summary = metrics_summary(module.dev_history, best_path, run_dir)
-    write_json_atomic(run_dir / METRICS_FILE, summary)
+    code, summary = fit_and_export(module, datamodule, tasks, tokenizer, run_dir, args, max_epochs=cfg.max_epochs,
+                                   gradient_clip=cfg.gradient_clip, schedule=cfg.schedule, batch_size=cfg.batch_size,
+                                   source_encoder=source)
+    if summary is None:
+        return code
     report = student_report(teacher_report, summary["best"], distill, spec.gold, tasks, run_dir, spec)
     write_json_atomic(run_dir / REPORT_JSON, report)
     markdown = render_report(report, f"Distillation: {run_dir} (T = {spec.temperature:g}, alpha = {spec.alpha:g})")

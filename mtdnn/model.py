@@ -12,7 +12,6 @@ train in pure fp16 and collapse to constant predictions.
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import torch
 from torch import nn

@@ -61,8 +61,9 @@ def add_trainer_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--precision", default="32-true",
                    help="32-true (default), bf16-mixed or 16-mixed (GPU), bf16-true")
     g.add_argument("--num-workers", type=int, default=0, help="DataLoader worker processes (default: 0)")
-    g.add_argument("--compile", action="store_true",
-                   help="torch.compile the encoder (in place: checkpoints keep their parameter names)")
+    g.add_argument("--compile", nargs="?", const="inductor", default=None, metavar="BACKEND",
+                   help="torch.compile the encoder, in place so checkpoints keep their parameter names "
+                        "(backend default: inductor)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -249,15 +250,12 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", ".*predefined batch sampler.*")
 
     import pytorch_lightning as pl
-    from pytorch_lightning.callbacks import ModelCheckpoint
-    from pytorch_lightning.loggers import CSVLogger
 
     from .data import check_files, resolve_data_dir
-    from .export import export_model, resolve_export
+    from .export import resolve_export
     from .lightning import MultiTaskDataModule, MultiTaskModule
     from .model import load_tokenizer
-    from .runs import (AtomicCheckpointIO, CHECKPOINT_DIR, CONFIG_FILE, EXPORT_DIR, METRICS_FILE, SCHEDULE_FILE,
-                       load_checkpoint_file, prepare_run_dir, write_atomic, write_json_atomic)
+    from .runs import CONFIG_FILE, prepare_run_dir, write_atomic
 
     # 1. Validate everything that can be wrong before creating anything.
     all_tasks = load_task_defs(args.task_defs)
@@ -307,17 +305,56 @@ def main(argv: list[str] | None = None) -> int:
                       "tasks": {n: t.to_plain() for n, t in tasks.items()}}
             write_atomic(run_dir / CONFIG_FILE, yaml.safe_dump(config, sort_keys=False))
     if args.compile:
-        module.model.encoder.compile()  # in place: parameter names (and checkpoints) stay those of the encoder
+        # Module.compile works in place: no OptimizedModule wrapper, so no "_orig_mod." in checkpoint keys.
+        module.model.encoder.compile(backend=args.compile)
 
-    # 2. Train.
-    # best.ckpt by the dev average (first of equal scores); last.ckpt at every epoch end, listed after it so that
-    # it holds the updated best-score state (Lightning 2.6's save_last skips epochs that are not a new best).
+    # 2. Train, export the best epoch, write schedule.json and (last) metrics.json.
+    source_encoder = args.encoder
+    if init_export is not None:
+        source_encoder = json.loads((init_export / "mtdnn_export.json").read_text()).get("source_encoder", encoder)
+    code, summary = fit_and_export(module, datamodule, tasks, tokenizer, run_dir, args, max_epochs=args.max_epochs,
+                                   gradient_clip=args.gradient_clip, schedule=args.schedule,
+                                   batch_size=args.batch_size, source_encoder=source_encoder,
+                                   resume_from=resume_from, checkpoint_every_n_steps=args.checkpoint_every_n_steps)
+    if summary is not None:
+        best = summary["best"]
+        print(f"best epoch {best['epoch']}: average {best['average']:.4f} "
+              + " ".join(f"{t}={v[tasks[t].metric_names[0]]:.4f}" for t, v in best["tasks"].items()))
+        print(f"run directory: {run_dir}")
+    return code
+
+
+def fit_and_export(module, datamodule, tasks: dict[str, TaskDef], tokenizer, run_dir: Path,
+                   trainer_flags: argparse.Namespace, *, max_epochs: int, gradient_clip: float, schedule: str,
+                   batch_size: int, source_encoder: str, resume_from: Path | None = None,
+                   checkpoint_every_n_steps: int | None = None) -> tuple[int, dict | None]:
+    """The toolkit's Trainer set-up, shared by every training command (train, distill's student, ...).
+
+    Trains ``module`` on ``datamodule``; keeps ``best.ckpt`` (dev average, first of equal scores) and
+    ``last.ckpt`` (every epoch, every N steps, on SIGTERM); asserts that exactly the planned number of optimizer
+    steps ran; then on rank 0 exports the best epoch's model and writes ``schedule.json`` and, last,
+    ``metrics.json``. ``trainer_flags`` carries the Lightning options of :func:`add_trainer_args`.
+
+    Returns:
+        ``(exit code, metrics summary)``: 130/143 and None when interrupted (Ctrl-C/SIGTERM), 0 and None on
+        ranks other than 0.
+    """
+    import pytorch_lightning as pl
+    from pytorch_lightning.callbacks import ModelCheckpoint
+    from pytorch_lightning.loggers import CSVLogger
+
+    from .export import export_model
+    from .runs import (AtomicCheckpointIO, CHECKPOINT_DIR, EXPORT_DIR, METRICS_FILE, SCHEDULE_FILE,
+                       load_checkpoint_file, write_json_atomic)
+
+    # best.ckpt by the dev average; last.ckpt at every epoch end, listed after it so that it holds the updated
+    # best-score state (Lightning 2.6's save_last skips epochs that are not a new best).
     checkpoint = ModelCheckpoint(dirpath=run_dir / CHECKPOINT_DIR, filename="best", monitor="dev/average",
                                  mode="max", save_top_k=1, auto_insert_metric_name=False, enable_version_counter=False)
     last = ModelCheckpoint(dirpath=run_dir / CHECKPOINT_DIR, filename="last", monitor=None, save_top_k=1,
                            every_n_epochs=1, auto_insert_metric_name=False, enable_version_counter=False)
     callbacks = [checkpoint, last, *engineering_callbacks(run_dir / CHECKPOINT_DIR / "last.ckpt",
-                                                          args.checkpoint_every_n_steps)]
+                                                          checkpoint_every_n_steps)]
     loggers = [CSVLogger(run_dir, name="logs", version="")]
     try:
         from pytorch_lightning.loggers import TensorBoardLogger
@@ -327,12 +364,12 @@ def main(argv: list[str] | None = None) -> int:
         loggers.append(TensorBoardLogger(run_dir, name="logs", version="tensorboard"))
     except ImportError:
         pass
-    trainer = pl.Trainer(max_epochs=args.max_epochs, accelerator=args.accelerator, devices=args.devices,
-                         num_nodes=args.num_nodes, strategy=trainer_strategy(args.strategy),
-                         precision=args.precision, gradient_clip_val=args.gradient_clip or None,
+    flags = trainer_flags
+    trainer = pl.Trainer(max_epochs=max_epochs, accelerator=flags.accelerator, devices=flags.devices,
+                         num_nodes=flags.num_nodes, strategy=trainer_strategy(flags.strategy),
+                         precision=flags.precision, gradient_clip_val=gradient_clip or None,
                          use_distributed_sampler=False, callbacks=callbacks, logger=loggers,
-                         plugins=[AtomicCheckpointIO()], default_root_dir=run_dir, log_every_n_steps=10,
-                         deterministic=False)
+                         plugins=[AtomicCheckpointIO()], default_root_dir=run_dir, log_every_n_steps=10)
     sigint = signal.getsignal(signal.SIGINT)
     try:
         trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
@@ -344,28 +381,21 @@ def main(argv: list[str] | None = None) -> int:
     if trainer.interrupted:
         print(f"interrupted: resume with --resume from {run_dir / CHECKPOINT_DIR / 'last.ckpt'}; "
               "no metrics.json written", file=sys.stderr)
-        return 143 if trainer.received_sigterm else 130
-    expected_steps = args.max_epochs * len(datamodule.train_sampler)
+        return (143 if trainer.received_sigterm else 130), None
+    expected_steps = max_epochs * len(datamodule.train_sampler)
     if trainer.global_step != expected_steps:
         raise RuntimeError(f"training ended after {trainer.global_step} optimizer steps, expected {expected_steps}")
     if not trainer.is_global_zero:
-        return 0
+        return 0, None
 
-    # 3. Export the best epoch's model; metrics.json last, so a run that has it is complete.
     best_path = Path(checkpoint.best_model_path)
-    state = load_checkpoint_file(best_path)
-    module.load_state_dict(state["state_dict"])
+    module.load_state_dict(load_checkpoint_file(best_path)["state_dict"])
     module.model.cpu().float()
-
-    export_model(module.model, tokenizer, tasks, run_dir / EXPORT_DIR, source_encoder=args.encoder)
-    write_json_atomic(run_dir / SCHEDULE_FILE, schedule_summary(module.step_log, args.schedule, args.batch_size))
+    export_model(module.model, tokenizer, tasks, run_dir / EXPORT_DIR, source_encoder=source_encoder)
+    write_json_atomic(run_dir / SCHEDULE_FILE, schedule_summary(module.step_log, schedule, batch_size))
     summary = metrics_summary(module.dev_history, best_path, run_dir)
     write_json_atomic(run_dir / METRICS_FILE, summary)
-    best = summary["best"]
-    print(f"best epoch {best['epoch']}: average {best['average']:.4f} "
-          + " ".join(f"{t}={v[tasks[t].metric_names[0]]:.4f}" for t, v in best["tasks"].items()))
-    print(f"run directory: {run_dir}")
-    return 0
+    return 0, summary
 
 
 def cli() -> None:

@@ -1,14 +1,13 @@
 """End-to-end training on real data slices with a tiny encoder, the run directory, export and bad input."""
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 import pytorch_lightning as pl
 import torch
 
-from mtdnn.errors import UserError, run_cli
+from mtdnn.errors import run_cli
 from mtdnn.train import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -175,3 +174,14 @@ def test_bad_task_definition_exits_2(tmp_path, data_dir, tiny_encoder, capsys):
                        "--output-dir", str(tmp_path / "run")])
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and str(bad) in err and "field 'type'" in err and "classifier" in err
+
+
+def test_compiled_encoder_checkpoints_keep_plain_parameter_names(tmp_path, data_dir, tiny_encoder):
+    from mtdnn.export import load_export
+
+    run_dir = tmp_path / "compiled"
+    assert main(train_args(run_dir, data_dir, tiny_encoder, "--max-epochs", "1", "--compile", "eager")) == 0
+    ckpt = torch.load(run_dir / "checkpoints" / "best.ckpt", map_location="cpu", weights_only=True)
+    assert not [k for k in ckpt["state_dict"] if "_orig_mod" in k]
+    assert "model.encoder.embeddings.word_embeddings.weight" in ckpt["state_dict"]
+    load_export(run_dir / "export")
