@@ -371,6 +371,15 @@ def cpu_benchmark(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------------------------------------ GPU mode
 
 
+def write_json_file(path: str, obj: dict) -> None:
+    """Write ``obj`` as JSON through a temporary file and a rename (``mtdnn.runs`` would import Lightning)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
 def export_tokens(args: argparse.Namespace) -> int:
     """Write the tasks' tokenized train splits (ids and where segment B starts) for the GPU mode.
 
@@ -453,8 +462,7 @@ def gpu_benchmark(args: argparse.Namespace) -> int:
     from torch import nn
     from transformers import AutoModel, BertConfig, get_linear_schedule_with_warmup
 
-    from mtdnn.runs import write_json_atomic
-    from mtdnn.schedule import MultiTaskBatchSampler, TaskSize
+    from mtdnn.schedule import MultiTaskBatchSampler, TaskSize  # pure torch: no datasets, pydantic or Lightning
 
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -535,8 +543,6 @@ def gpu_benchmark(args: argparse.Namespace) -> int:
             if hasattr(torch._dynamo.config, knob):
                 setattr(torch._dynamo.config, knob, max(64, getattr(torch._dynamo.config, knob)))
         encoder.compile(mode=args.compile_mode)
-    if device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True
 
     def step(batch: dict) -> None:
         t = {k: v.to(device, non_blocking=True) for k, v in batch["tensors"].items()}
@@ -617,7 +623,7 @@ def gpu_benchmark(args: argparse.Namespace) -> int:
     if args.json:
         import transformers
 
-        write_json_atomic(args.json, {
+        write_json_file(args.json, {
             "benchmark": "throughput-gpu", "smoke": smoke, "device": name, "geometry": geometry,
             "tasks": names, "batch_size": batch_size, "pad_to_multiple_of": multiple, "precision": "bf16 autocast, "
             "fp32 master weights", "optimizer": f"AdamW{' (fused)' if fused else ''}", "compile_mode": args.compile_mode,
