@@ -144,7 +144,7 @@ def metrics_summary(history: list[dict], best_checkpoint: Path, run_dir: Path) -
     """``metrics.json``: dev scores per epoch and the best epoch (highest average, first on ties)."""
     best = max(history, key=lambda h: h["average"])  # max keeps the first of equal values
     return {"status": "complete", "epochs": history,
-            "best": {"epoch": best["epoch"], "checkpoint": str(best_checkpoint.relative_to(run_dir)),
+            "best": {"epoch": best["epoch"], "checkpoint": str(best_checkpoint.resolve().relative_to(run_dir.resolve())),
                      "tasks": best["tasks"], "average": best["average"]}}
 
 

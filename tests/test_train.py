@@ -185,3 +185,14 @@ def test_compiled_encoder_checkpoints_keep_plain_parameter_names(tmp_path, data_
     assert not [k for k in ckpt["state_dict"] if "_orig_mod" in k]
     assert "model.encoder.embeddings.word_embeddings.weight" in ckpt["state_dict"]
     load_export(run_dir / "export")
+
+
+def test_default_relative_output_dir(tmp_path, data_dir, tiny_encoder, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    args = [a for a in train_args("unused", data_dir, tiny_encoder, "--max-epochs", "1")]
+    i = args.index("--output-dir")
+    del args[i:i + 2]
+    assert main(args) == 0
+    run_dir = Path("runs") / "glue-rte-stsb-seed42"  # relative, as the default is
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["best"]["checkpoint"] == "checkpoints/best.ckpt"
