@@ -111,7 +111,20 @@ def _read_table(path: Path, spec: SplitSpec) -> tuple[list[str], list[tuple[int,
 
     A row with the wrong number of fields gets ``{"__fields__": str(count)}`` so the caller can report it
     with the task's policy (error or skip).
+
+    Raises:
+        DataError: the file is not text in the split's ``encoding``, or the encoding is unknown.
     """
+    try:
+        return _read_table_unchecked(path, spec)
+    except UnicodeDecodeError as err:
+        raise DataError(f"{path}: not valid {spec.encoding} text at byte {err.start} (set the split's "
+                        "'encoding' field, e.g. encoding: latin-1)") from None
+    except LookupError:
+        raise DataError(f"{path}: field 'encoding': unknown encoding {spec.encoding!r}") from None
+
+
+def _read_table_unchecked(path: Path, spec: SplitSpec) -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
     rows: list[tuple[int, dict[str, str]]] = []
     if spec.format == "jsonl":
         columns: list[str] = []

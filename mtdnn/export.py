@@ -42,6 +42,9 @@ def export_model(model: MultiTaskModel, tokenizer, tasks: dict[str, TaskDef], ou
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    from .runs import default_mode
+
+    os.chmod(tmp, default_mode(directory=True))
     try:
         model.encoder.save_pretrained(tmp / "encoder")
         tokenizer.save_pretrained(tmp / "encoder")
@@ -75,15 +78,18 @@ def load_export(export_dir: str | Path, trust_remote_code: bool = False) -> tupl
     export_dir = Path(export_dir)
     if not is_export_dir(export_dir):
         raise CheckpointError(f"{export_dir}: not an mtdnn export (no {EXPORT_META})")
-    tasks = load_export_tasks(export_dir)
+    try:
+        tasks = load_export_tasks(export_dir)
+    except (OSError, yaml.YAMLError) as err:
+        raise CheckpointError(f"{export_dir}/tasks.yaml: missing or not valid YAML ({err})") from None
     encoder = load_encoder(str(export_dir / "encoder"), trust_remote_code=trust_remote_code)
     tokenizer = load_tokenizer(str(export_dir / "encoder"), trust_remote_code=trust_remote_code)
     model = MultiTaskModel(encoder, tasks)
-    state = load_file(str(export_dir / "heads.safetensors"))
     try:
-        model.heads.load_state_dict(state)
-    except RuntimeError as err:
-        raise CheckpointError(f"{export_dir}/heads.safetensors: heads do not match tasks.yaml ({err})") from None
+        model.heads.load_state_dict(load_file(str(export_dir / "heads.safetensors")))
+    except (OSError, RuntimeError, ValueError) as err:
+        raise CheckpointError(f"{export_dir}/heads.safetensors: missing, damaged or not matching tasks.yaml "
+                              f"({err})") from None
     model.eval()
     return model, tokenizer, tasks
 

@@ -100,6 +100,8 @@ class MultiTaskDataModule(pl.LightningDataModule):
         self.train_sets: list[TokenizedSplit] = []
         self.dev_sets: dict[str, TokenizedSplit] = {}
         self.train_sampler: MultiTaskBatchSampler | None = None
+        # With more ranks than dev batches some ranks evaluate nothing; torchmetrics still reduces correctly.
+        self.allow_zero_length_dataloader_with_multiple_devices = True
 
     @property
     def dev_tasks(self) -> list[str]:
@@ -242,8 +244,10 @@ class MultiTaskModule(pl.LightningModule):
         from transformers import get_linear_schedule_with_warmup
 
         groups = parameter_groups(self.model, self.hparams.weight_decay)
+        # Fused AdamW where available; not under fp16 AMP, whose gradient scaler cannot clip a fused optimizer.
+        fused = "16-mixed" not in str(self.trainer.precision) or "bf16" in str(self.trainer.precision)
         try:
-            optimizer = torch.optim.AdamW(groups, lr=self.hparams.lr, fused=True)
+            optimizer = torch.optim.AdamW(groups, lr=self.hparams.lr, fused=fused or None)
         except (RuntimeError, ValueError):  # fused kernels not available for this device or dtype
             optimizer = torch.optim.AdamW(groups, lr=self.hparams.lr)
         total = max(1, self.total_steps())

@@ -50,7 +50,7 @@ def load_encoder(name: str, trust_remote_code: bool = False) -> nn.Module:
     path = resolve_encoder(name)
     try:
         return AutoModel.from_pretrained(path, dtype=torch.float32, trust_remote_code=trust_remote_code)
-    except (OSError, ValueError, KeyError) as err:
+    except Exception as err:  # missing files, damaged safetensors, unknown architectures: many types
         raise ConfigError(f"--encoder {name!r}: cannot load a Hugging Face encoder from {path!r} ({err})") from None
 
 
@@ -65,6 +65,9 @@ def load_tokenizer(name: str, trust_remote_code: bool = False):
         raise ConfigError(f"--encoder {name!r}: cannot load its tokenizer from {path!r} ({err})") from None
     if not getattr(tokenizer, "is_fast", False):
         raise ConfigError(f"--encoder {name!r}: the tokenizer at {path!r} is not a fast tokenizer")
+    if len(tokenizer) < 100:  # transformers builds a near-empty tokenizer from a folder without tokenizer files
+        raise ConfigError(f"--encoder {name!r}: no usable tokenizer in {path!r} (vocabulary of {len(tokenizer)} "
+                          "tokens); save the tokenizer files beside the model")
     return tokenizer
 
 

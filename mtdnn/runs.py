@@ -33,11 +33,19 @@ EXPORT_DIR = "export"
 CHECKPOINT_DIR = "checkpoints"
 
 
+def default_mode(directory: bool = False) -> int:
+    """The permissions a plain ``open``/``mkdir`` would give under the current umask (mkstemp gives 0600)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return (0o777 if directory else 0o666) & ~umask
+
+
 def write_atomic(path: str | Path, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file in the same directory and ``os.replace``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    os.chmod(tmp, default_mode())
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
@@ -63,7 +71,8 @@ def read_metrics(run_dir: str | Path) -> dict | None:
         metrics = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, OSError):
         return None
-    return metrics if isinstance(metrics, dict) and metrics.get("status") == "complete" else None
+    complete = isinstance(metrics, dict) and metrics.get("status") == "complete" and isinstance(metrics.get("best"), dict)
+    return metrics if complete else None
 
 
 def prepare_run_dir(run_dir: str | Path, overwrite: bool, resume: bool = False) -> Path:

@@ -115,6 +115,25 @@ def default_output_dir(task_defs: str, tasks: list[str], seed: int) -> Path:
     return Path("runs") / f"{Path(task_defs).stem}-{'-'.join(tasks)}-seed{seed}"
 
 
+def check_trainer_flags(flags: argparse.Namespace) -> None:
+    """Build (and drop) a Trainer from the Lightning flags, so that a bad one fails before any file is written.
+
+    Raises:
+        ConfigError: Lightning rejects --accelerator, --devices, --strategy, --precision or --num-nodes.
+    """
+    import pytorch_lightning as pl
+
+    if getattr(flags, "num_workers", 0) < 0:
+        raise ConfigError(f"--num-workers: must not be negative (got {flags.num_workers})")
+    try:
+        pl.Trainer(accelerator=flags.accelerator, devices=flags.devices, num_nodes=flags.num_nodes,
+                   strategy=trainer_strategy(flags.strategy), precision=flags.precision, logger=False,
+                   enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    except Exception as err:  # Lightning raises MisconfigurationException, ValueError, RuntimeError, ...
+        raise ConfigError(f"Lightning rejects --accelerator {flags.accelerator} --devices {flags.devices} "
+                          f"--strategy {flags.strategy} --precision {flags.precision}: {err}") from None
+
+
 def trainer_strategy(name: str):
     """``ddp`` means DDP with ``find_unused_parameters=True``: each step uses one task head only."""
     if name == "ddp":
@@ -271,6 +290,9 @@ def main(argv: list[str] | None = None) -> int:
         raise ConfigError(f"--dropout: must be in [0, 1) (got {args.dropout})")
     if args.resume and args.overwrite:
         raise ConfigError("--resume and --overwrite contradict each other")
+    if args.weight_decay < 0 or args.gradient_clip < 0:
+        raise ConfigError("--weight-decay and --gradient-clip must not be negative")
+    check_trainer_flags(args)
     data_dir = resolve_data_dir(args.data_dir)
     for task in tasks.values():
         check_files(task, [s for s in ("train", "dev") if s in task.splits], data_dir)
@@ -280,11 +302,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.init_from:
         init_export = resolve_export(args.init_from)
         encoder = str(init_export / "encoder")
+        if args.encoder != "packaged-minilm":
+            log.warning("--encoder %s is ignored: --init-from %s gives the encoder", args.encoder, args.init_from)
     tokenizer = load_tokenizer(encoder, args.trust_remote_code)
     pl.seed_everything(args.seed, workers=True, verbose=False)
     module = MultiTaskModule(encoder, {n: t.to_plain() for n, t in tasks.items()}, lr=args.lr,
                              weight_decay=args.weight_decay, warmup_ratio=args.warmup_ratio, dropout=args.dropout,
                              trust_remote_code=args.trust_remote_code)
+    limit = getattr(module.model.encoder.config, "max_position_embeddings", None)
+    longest = args.max_length or max(t.max_length for t in tasks.values())
+    if limit and longest > limit:
+        raise ConfigError(f"max length {longest} (--max-length or a task's max_length) exceeds the encoder's "
+                          f"{limit} positions")
     if init_export is not None:
         copied = copy_matching_heads(module.model, init_export, tasks)
         log.info("initialised from %s: encoder and heads of %s", init_export, ", ".join(copied) or "no task")
@@ -355,13 +384,15 @@ def fit_and_export(module, datamodule, tasks: dict[str, TaskDef], tokenizer, run
                            every_n_epochs=1, auto_insert_metric_name=False, enable_version_counter=False)
     callbacks = [checkpoint, last, *engineering_callbacks(run_dir / CHECKPOINT_DIR / "last.ckpt",
                                                           checkpoint_every_n_steps)]
-    loggers = [CSVLogger(run_dir, name="logs", version="")]
+    # A resumed run logs beside the first one: Lightning's CSVLogger would otherwise empty logs/metrics.csv.
+    version = f"resumed-step{load_checkpoint_file(resume_from)['global_step']}" if resume_from else ""
+    loggers = [CSVLogger(run_dir, name="logs", version=version)]
     try:
         from pytorch_lightning.loggers import TensorBoardLogger
 
         import tensorboard  # noqa: F401
 
-        loggers.append(TensorBoardLogger(run_dir, name="logs", version="tensorboard"))
+        loggers.append(TensorBoardLogger(run_dir, name="logs", version="tensorboard" + (f"-{version}" if version else "")))
     except ImportError:
         pass
     flags = trainer_flags
@@ -379,8 +410,11 @@ def fit_and_export(module, datamodule, tasks: dict[str, TaskDef], tokenizer, run
     finally:
         signal.signal(signal.SIGINT, sigint)  # Lightning leaves SIGINT ignored after an interrupt
     if trainer.interrupted:
-        print(f"interrupted: resume with --resume from {run_dir / CHECKPOINT_DIR / 'last.ckpt'}; "
-              "no metrics.json written", file=sys.stderr)
+        last_path = run_dir / CHECKPOINT_DIR / "last.ckpt"
+        hint = (f"resume with --resume (from {last_path})" if last_path.is_file()
+                else "no checkpoint was saved yet (they are saved at epoch ends, every --checkpoint-every-n-steps "
+                     "and on SIGTERM)")
+        print(f"interrupted: {hint}; no metrics.json written", file=sys.stderr)
         return (143 if trainer.received_sigterm else 130), None
     expected_steps = max_epochs * len(datamodule.train_sampler)
     if trainer.global_step != expected_steps:

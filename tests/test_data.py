@@ -180,3 +180,14 @@ def test_real_glue_files_load_with_official_counts(data_dir):
                 ("qqp", "dev"): 2000, ("qqp", "train"): 23497 - 1 - 2000, ("scitail", "test"): 2126}
     for (name, split), count in expected.items():
         assert len(load_split(tasks[name], split, data_dir).examples) == count, (name, split)
+
+
+def test_wrong_or_unknown_encoding_is_a_clear_error(tmp_path):
+    write_bytes(tmp_path, "premise\thypothesis\tlabel\ncaf\u00e9\tb\tentailment\n".encode("latin-1"))
+    with pytest.raises(DataError, match="not valid utf-8-sig text.*'encoding'"):
+        load_split(task(), "train", tmp_path)
+    t = task(splits={"train": {"path": "train.tsv", "encoding": "latin-1"}})
+    assert load_split(t, "train", tmp_path).examples[0].text_a == "caf\u00e9"
+    t = task(splits={"train": {"path": "train.tsv", "encoding": "klingon"}})
+    with pytest.raises(DataError, match="unknown encoding 'klingon'"):
+        load_split(t, "train", tmp_path)

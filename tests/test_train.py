@@ -144,6 +144,17 @@ def test_fp16_checkpoint_trains_in_float32(tmp_path, data_dir):
     assert metrics["best"]["average"] == metrics["best"]["average"]  # not NaN
 
 
+def tokenizerless(tmp: Path) -> Path:
+    """An encoder folder with weights but no tokenizer files."""
+    from conftest import make_tiny_encoder
+
+    path = make_tiny_encoder(tmp / "no-tokenizer")
+    for f in path.iterdir():
+        if f.name not in ("config.json", "model.safetensors"):
+            f.unlink()
+    return path
+
+
 @pytest.mark.parametrize(
     "mutate, message",
     [
@@ -152,6 +163,10 @@ def test_fp16_checkpoint_trains_in_float32(tmp_path, data_dir):
         (lambda a, tmp: a.__setitem__(a.index("--tasks") + 1, "qnli"), "has no train split"),
         (lambda a, tmp: a.__setitem__(a.index("--data-dir") + 1, str(tmp)), "file not found"),
         (lambda a, tmp: a.__setitem__(a.index("--batch-size") + 1, "0"), "positive integer"),
+        (lambda a, tmp: a.extend(["--precision", "bogus"]), "Lightning rejects"),
+        (lambda a, tmp: a.extend(["--devices", "0"]), "Lightning rejects"),
+        (lambda a, tmp: a.extend(["--max-length", "1000"]), "exceeds the encoder's 512 positions"),
+        (lambda a, tmp: a.__setitem__(a.index("--encoder") + 1, str(tokenizerless(tmp))), "no usable tokenizer"),
     ],
 )
 def test_bad_input_exits_2_without_a_run_directory(tmp_path, data_dir, tiny_encoder, capsys, mutate, message):
