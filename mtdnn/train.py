@@ -52,15 +52,15 @@ def task_list(text: str) -> list[str]:
 def add_trainer_args(parser: argparse.ArgumentParser) -> None:
     """Lightning Trainer options shared by the training commands (engineering, not research)."""
     g = parser.add_argument_group("Lightning trainer")
-    g.add_argument("--accelerator", default="auto", help="cpu, gpu, cuda, mps or auto (default: auto)")
-    g.add_argument("--devices", default="auto", help="number of devices, a list like 0,1, or auto (default: auto)")
+    g.add_argument("--accelerator", default="auto", help="cpu, gpu, cuda, mps or auto")
+    g.add_argument("--devices", default="auto", help="number of devices, a list like 0,1, or auto")
     g.add_argument("--strategy", default="auto",
                    help="auto, ddp (mapped to DDP with find_unused_parameters=True: each step leaves other "
-                        "tasks' heads unused), ddp_spawn, ... (default: auto)")
-    g.add_argument("--num-nodes", type=positive_int, default=1, help="nodes for multi-node DDP (default: 1)")
+                        "tasks' heads unused), ddp_spawn, ...")
+    g.add_argument("--num-nodes", type=positive_int, default=1, help="nodes for multi-node DDP")
     g.add_argument("--precision", default="32-true",
                    help="32-true (default), bf16-mixed or 16-mixed (GPU), bf16-true")
-    g.add_argument("--num-workers", type=int, default=0, help="DataLoader worker processes (default: 0)")
+    g.add_argument("--num-workers", type=int, default=0, help="DataLoader worker processes")
     g.add_argument("--compile", nargs="?", const="inductor", default=None, metavar="BACKEND",
                    help="torch.compile the encoder, in place so checkpoints keep their parameter names "
                         "(backend default: inductor)")
@@ -85,11 +85,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint-every-n-steps", type=positive_int, default=None, metavar="N",
                    help="also save checkpoints/last.ckpt every N optimizer steps (always at epoch ends and on SIGTERM)")
     g = p.add_argument_group("optimisation")
-    g.add_argument("--max-epochs", type=positive_int, default=3)
+    g.add_argument("--max-epochs", type=positive_int, default=3, help="training epochs")
     g.add_argument("--batch-size", type=positive_int, default=32, help="global batch size (all ranks together)")
     g.add_argument("--eval-batch-size", type=positive_int, default=64, help="dev batch size per rank")
     g.add_argument("--lr", type=positive_float, default=5e-5, help="peak learning rate (AdamW)")
-    g.add_argument("--weight-decay", type=float, default=0.01)
+    g.add_argument("--weight-decay", type=float, default=0.01, help="AdamW weight decay (not on biases, LayerNorm)")
     g.add_argument("--warmup-ratio", type=float, default=0.1, help="fraction of steps with linear warm-up")
     g.add_argument("--gradient-clip", type=float, default=1.0, help="max gradient norm (0: none)")
     g.add_argument("--max-length", type=positive_int, default=None,
@@ -98,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="task schedule: proportional = MT-DNN Algorithm 1")
     g.add_argument("--temperature", type=positive_float, default=2.0,
                    help="T of temperature sampling, p_t ~ n_t^(1/T) (only with --schedule temperature)")
-    g.add_argument("--seed", type=int, default=42)
+    g.add_argument("--seed", type=int, default=42, help="seed of initialisation, dropout and the schedule")
     g.add_argument("--limit-train-examples", type=positive_int, default=None, metavar="N",
                    help="use the first N rows of each task's train split")
     g.add_argument("--pad-to-multiple-of", type=positive_int, default=1, help="pad lengths to a multiple (8 on GPU)")
