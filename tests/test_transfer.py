@@ -119,7 +119,8 @@ def mt_run(tmp_path_factory, tiny_encoder):
     model = MultiTaskModel(load_encoder(tiny_encoder), tasks)
     run_dir = tmp_path_factory.mktemp("runs") / "nli-mt"
     export_model(model, load_tokenizer(tiny_encoder), tasks, run_dir / "export", source_encoder=tiny_encoder)
-    (run_dir / "metrics.json").write_text(json.dumps({"status": "complete"}))
+    best = {"epoch": 1, "checkpoint": "checkpoints/best.ckpt", "tasks": {}, "average": 0.0}
+    (run_dir / "metrics.json").write_text(json.dumps({"status": "complete", "epochs": [], "best": best}))
     return run_dir
 
 
