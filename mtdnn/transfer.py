@@ -295,21 +295,15 @@ def evaluate_split(model, task: TaskDef, split, pad_token_id: int, batch_size: i
                    device: torch.device | str = "cpu") -> dict[str, float]:
     """Score ``model`` on every row of a labelled ``split`` once: ``{metric: value}`` of the task's metrics.
 
-    Batches are length-sorted (:class:`~mtdnn.schedule.EvalBatchSampler`), padded by :func:`mtdnn.data.collate`
-    and added to the task's torchmetrics collection (:mod:`mtdnn.metrics`), as training's validation does.
+    The batching and metric updates of :func:`mtdnn.inference.predict_outputs` (length-sorted batches, as
+    training's validation does).
     """
-    from .data import collate
-    from .metrics import build_metrics, compute_metrics, update_metrics
-    from .schedule import EvalBatchSampler
+    from .inference import predict_outputs
+    from .metrics import build_metrics, compute_metrics
 
     model.eval().to(device)
     metrics = build_metrics(task).to(device)
-    for rows in EvalBatchSampler(split.lengths, batch_size):
-        batch = collate([split[i] for i in rows], task, pad_token_id)
-        types = batch.get("token_type_ids")
-        outputs = model(task.name, batch["input_ids"].to(device), batch["attention_mask"].to(device),
-                        None if types is None else types.to(device))
-        update_metrics(metrics, task.type, outputs, batch["labels"].to(device), batch["weight"].to(device))
+    predict_outputs(model, task, split, pad_token_id, batch_size, metrics=metrics, device=device)
     return compute_metrics(metrics)
 
 
