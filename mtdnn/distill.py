@@ -357,7 +357,9 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", ".*predefined batch sampler.*")
 
     from .data import check_files, resolve_data_dir
+    from .train import check_trainer_flags
 
+    check_trainer_flags(args)  # a bad Lightning flag fails before any teacher or student run starts
     # 1. Both specs, the student's tasks and (without a teacher spec) the teacher build they need, before anything
     # is built.
     student_path = args.specs[-1]

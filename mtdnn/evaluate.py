@@ -17,7 +17,7 @@ import logging
 import sys
 from pathlib import Path
 
-from .errors import DataError, run_cli
+from .errors import ConfigError, DataError, run_cli
 from .train import positive_int, task_list
 
 log = logging.getLogger("mtdnn.evaluate")
@@ -68,6 +68,21 @@ def evaluation_splits(loaded, names: list[str] | None, split: str, data_dir: Pat
     return splits
 
 
+def check_output_path(output: str | None) -> None:
+    """Refuse an ``--output`` that cannot become a JSON file, before any model is loaded or scored.
+
+    Raises:
+        ConfigError: the path is an existing directory, or its parent is not an existing directory.
+    """
+    if output is None:
+        return
+    path = Path(output)
+    if path.is_dir():
+        raise ConfigError(f"--output {output}: is a directory; give the JSON file to write, e.g. {path / 'eval.json'}")
+    if not path.parent.is_dir():
+        raise ConfigError(f"--output {output}: directory {path.parent} does not exist")
+
+
 def format_table(scores: dict[str, dict[str, float]], examples: dict[str, int], split: str, average: float) -> str:
     """A plain-text table: one row per task with its metrics, then the average of the first metrics."""
     lines = [f"{'task':<12} {'split':<8} {'examples':>8}  metrics"]
@@ -86,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     from .metrics import average_score, build_metrics, compute_metrics
     from .runs import write_json_atomic
 
+    check_output_path(args.output)
     loaded = load_model(args.model, args.checkpoint)
     data_dir = loaded.resolve_data_dir(args.data_dir)
     splits = evaluation_splits(loaded, args.tasks, args.split, data_dir)

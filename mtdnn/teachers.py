@@ -726,7 +726,10 @@ def main(argv: list[str] | None = None) -> int:
 
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    from .train import check_trainer_flags
+
     spec = load_spec(args.spec, TeacherSpec, "teacher")
+    check_trainer_flags(args)  # a bad Lightning flag fails here, not in the first member's run
     try:
         code, teacher_dir = build(spec, args.spec, resolve_data_dir(args.data_dir), args.from_run, args.teachers_dir,
                                   trainer_flags(args), args.accelerator, args.retrain_changed)

@@ -452,3 +452,15 @@ def test_missing_multitask_run_exits_2(world, capsys):
                                               "--data-dir", str(world["data"])], capsys)
     assert code == 2 and "--from-run: " in err and "nowhere: run directory does not exist" in err
     assert not (world["base"] / "no-run").exists()
+
+
+def test_bad_lightning_flag_exits_2_before_any_member_or_student_run(world, capsys):
+    from mtdnn import distill
+
+    spec = write_yaml(world["base"] / "flag.yaml", {**yaml.safe_load(Path(world["teacher_spec"]).read_text()),
+                                                    "output_dir": str(world["base"] / "flag-teachers")})
+    flags = ["--data-dir", str(world["data"]), "--precision", "64-bogus"]
+    for main, argv in ((teachers.main, [spec]), (distill.main, [spec, student_spec(world, "flag-student")])):
+        code, err = run_exit_code(main, argv + flags, capsys)
+        assert code == 2 and "Lightning rejects" in err and "--precision 64-bogus" in err, err
+    assert not (world["base"] / "flag-teachers").exists() and not (world["base"] / "flag-student").exists()

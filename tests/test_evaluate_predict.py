@@ -258,6 +258,8 @@ def test_bad_runs_tasks_and_splits_exit_2(run_dir, data_dir, tmp_path, capsys):
         (predict, [run_dir, "--task", "mrpc", "--text", "a", "b"], "task 'mrpc' was not trained"),
         (evaluate, [run_dir, "--split", "test", "--data-dir", data_dir], "split 'test' has no labels"),
         (evaluate, [run_dir, "--checkpoint", damaged], f"{damaged}: cannot read the checkpoint"),
+        (evaluate, [run_dir, "--output", tmp_path], f"--output {tmp_path}: is a directory"),
+        (evaluate, [run_dir, "--output", tmp_path / "no" / "e.json"], "does not exist"),
         (predict, [run_dir, "--text", "a", "b"], "has several tasks (rte, stsb)"),
         (predict, [run_dir, "--task", "rte", "--text", "only one"], "--text: task 'rte' takes 2 text(s)"),
     ]

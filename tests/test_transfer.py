@@ -278,6 +278,7 @@ def test_scitail_one_seed_pools_dev_and_scores_test(tmp_path, data_dir, tiny_enc
         (["--sizes", "6", "--reuse-head"], "no head for task 'snli'"),
         (["--sizes", "6", "--reuse-head", "mnli", "--encoders", "packaged-minilm"], "none of the encoders is a run"),
         (["--sizes", "6", "--task", "stsb"], "needs a classification task"),
+        (["--sizes", "6", "--precision", "64-bogus"], "Lightning rejects --accelerator cpu --precision 64-bogus"),
     ],
 )
 def test_bad_input_exits_2_before_training(tmp_path, data_dir, tiny_encoder, mt_run, capsys, extra, message):
