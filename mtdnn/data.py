@@ -491,6 +491,9 @@ def tokenized_split(task: TaskDef, split: str, data_dir: Path, tokenizer, max_le
         if use_cache:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = Path(tempfile.mkdtemp(prefix=path.name + ".", dir=path.parent))
+            from .runs import default_mode
+
+            os.chmod(tmp, default_mode(directory=True))  # mkdtemp gives 0700
             ds.save_to_disk(str(tmp))
             try:
                 os.replace(tmp, path)

@@ -33,8 +33,9 @@ from . import teachers
 from .errors import ConfigError, run_cli
 from .lightning import MultiTaskDataModule, MultiTaskModule
 from .losses import DISTILLATION_LOSSES
+from .soft_targets import align, read_manifest, teacher_outputs
+from .specs import FinetuneSpec, Spec, TeacherSpec, load_spec, yaml_float
 from .taskdef import TaskDef, load_task_defs, select_tasks
-from .teachers import FinetuneSpec, Spec, TeacherSpec, _yaml_float, load_spec
 
 log = logging.getLogger("mtdnn.distill")
 
@@ -59,7 +60,7 @@ class InitSpec(Spec):
 
 
 class StudentTrainSpec(FinetuneSpec):
-    """The student's training settings: :class:`~mtdnn.teachers.FinetuneSpec` plus seed and task schedule."""
+    """The student's training settings: :class:`~mtdnn.specs.FinetuneSpec` plus seed and task schedule."""
 
     seed: int = 42
     schedule: Literal["proportional", "temperature", "uniform"] = "proportional"
@@ -68,7 +69,7 @@ class StudentTrainSpec(FinetuneSpec):
     @field_validator("sampling_temperature", mode="before")
     @classmethod
     def _float(cls, value):
-        return _yaml_float(value)
+        return yaml_float(value)
 
 
 class StudentSpec(Spec):
@@ -95,12 +96,12 @@ class StudentSpec(Spec):
     @field_validator("temperature", "alpha", mode="before")
     @classmethod
     def _floats(cls, value):
-        return _yaml_float(value)
+        return yaml_float(value)
 
     @field_validator("loss_weights", mode="before")
     @classmethod
     def _weights(cls, value):
-        return {k: _yaml_float(v) for k, v in value.items()} if isinstance(value, dict) else value
+        return {k: yaml_float(v) for k, v in value.items()} if isinstance(value, dict) else value
 
     @model_validator(mode="after")
     def _tasks(self) -> "StudentSpec":
@@ -161,7 +162,7 @@ class DistillationDataModule(MultiTaskDataModule):
         for index, (name, split) in enumerate(zip(self.tasks, self.train_sets)):
             if name in self.soft_targets:
                 ids, outputs = self.soft_targets[name]
-                rows = teachers.align(ids, outputs, split.ids, f"soft targets of task '{name}'")
+                rows = align(ids, outputs, split.ids, f"soft targets of task '{name}'")
                 self.teacher_logits[index] = torch.from_numpy(np.ascontiguousarray(rows, dtype=np.float32))
 
     def train_dataloader(self) -> DataLoader:
@@ -375,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
         raise ConfigError(f"{student_path}: field 'teachers': distill tasks need a teacher directory (set teachers, "
                           "pass --teachers-dir, or give the teacher spec before the student spec)")
     elif spec.distill:
-        check_covered(spec, student_path, list(teachers.read_manifest(teacher_dir)["tasks"]), teacher_dir)
+        check_covered(spec, student_path, list(read_manifest(teacher_dir)["tasks"]), teacher_dir)
     data_dir = resolve_data_dir(args.data_dir)
     for task in tasks.values():
         check_files(task, [s for s in ("train", "dev") if s in task.splits], data_dir)
@@ -390,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
         if code:
             print("interrupted while building the teachers: rerun the same command to resume", file=sys.stderr)
             return code
-    manifest = teachers.read_manifest(teacher_dir) if teacher_dir is not None and spec.distill else None
+    manifest = read_manifest(teacher_dir) if teacher_dir is not None and spec.distill else None
     return train_student(spec, student_path, tasks, data_dir, teacher_dir, manifest, args)
 
 
@@ -416,7 +417,7 @@ def train_student(spec: StudentSpec, spec_path: str, tasks: dict[str, TaskDef], 
     distill = list(spec.distill)
     for name in distill:
         ids = tokenized_split(tasks[name], "train", data_dir, tokenizer, cfg.max_length).ids
-        soft_targets[name] = (ids, teachers.teacher_outputs(teacher_dir, tasks[name], "train", data_dir, ids))
+        soft_targets[name] = (ids, teacher_outputs(teacher_dir, tasks[name], "train", data_dir, ids))
     if distill:
         teacher_report = teachers.summarize(teacher_dir, {n: tasks[n] for n in distill}, data_dir)
     datamodule = DistillationDataModule(tasks, data_dir, tokenizer, soft_targets, batch_size=cfg.batch_size,
@@ -449,8 +450,8 @@ def train_student(spec: StudentSpec, spec_path: str, tasks: dict[str, TaskDef], 
     if heads_from is not None:
         copied = copy_matching_heads(module.model, heads_from, tasks)
         log.info("student initialised from %s: encoder and heads of %s", heads_from, ", ".join(copied) or "no task")
-    if getattr(args, "compile", False):
-        module.model.encoder.compile()  # in place, as mtdnn.train does
+    if getattr(args, "compile", None):
+        module.model.encoder.compile(backend=args.compile)  # in place, as mtdnn.train does
     code, summary = fit_and_export(module, datamodule, tasks, tokenizer, run_dir, args, max_epochs=cfg.max_epochs,
                                    gradient_clip=cfg.gradient_clip, schedule=cfg.schedule, batch_size=cfg.batch_size,
                                    source_encoder=source)

@@ -30,369 +30,26 @@ from __future__ import annotations
 
 import argparse
 import gc
-import hashlib
 import json
 import logging
 import math
-import os
-import shutil
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from . import soft_targets
 from .errors import CheckpointError, ConfigError, run_cli
+from .soft_targets import MANIFEST_FILE, member_dir, read_manifest
+from .specs import TeacherSpec, load_spec
 from .taskdef import TaskDef, load_task_defs, select_tasks
 
 log = logging.getLogger("mtdnn.teachers")
 
-MANIFEST_FILE = "teachers.yaml"
 SUMMARY_JSON, SUMMARY_MD = "teachers.json", "teachers.md"
-FINGERPRINT_FILE = "fingerprint.json"
-CACHE_VERSION = 1
-
-
-# ----------------------------------------------------------------------------------------------------- specs
-
-
-def _yaml_float(value: Any) -> Any:
-    """PyYAML (YAML 1.1) reads ``5e-5`` without a dot as a string; take it as the number it spells."""
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return value
-    return value
-
-
-class Spec(BaseModel):
-    """Base of the teacher and student specs: strict types, unknown keys are errors."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-
-class FinetuneSpec(Spec):
-    """Training settings, passed to ``python -m mtdnn.train`` as the flags of the same names."""
-
-    max_epochs: int = Field(default=3, gt=0)
-    lr: float = Field(default=5e-5, gt=0)
-    batch_size: int = Field(default=32, gt=0)
-    eval_batch_size: int = Field(default=64, gt=0)
-    weight_decay: float = Field(default=0.01, ge=0)
-    warmup_ratio: float = Field(default=0.1, ge=0, lt=1)
-    gradient_clip: float = Field(default=1.0, ge=0)
-    max_length: int | None = Field(default=None, gt=0)
-    limit_train_examples: int | None = Field(default=None, gt=0)
-    pad_to_multiple_of: int = Field(default=1, gt=0)
-
-    @field_validator("lr", "weight_decay", "warmup_ratio", "gradient_clip", mode="before")
-    @classmethod
-    def _floats(cls, value):
-        return _yaml_float(value)
-
-    def train_flags(self) -> list[str]:
-        """These settings as ``mtdnn.train`` flags (``--max-epochs 3 --lr 5e-05 ...``)."""
-        flags = []
-        for name, value in self.model_dump().items():
-            if value is not None:
-                flags += [f"--{name.replace('_', '-')}", str(value)]
-        return flags
-
-
-class VarySpec(Spec):
-    """What differs between the members of an ensemble: one seed (and optionally one dropout) per member.
-
-    ``dropout`` is passed as ``mtdnn.train --dropout``: it replaces every dropout probability of the member
-    (encoder attention and hidden layers, task head); without it the encoder's and task definition's apply.
-    """
-
-    seed: list[int] | None = None
-    dropout: list[float] | None = None
-
-    @field_validator("dropout", mode="before")
-    @classmethod
-    def _dropout_floats(cls, value):
-        return [_yaml_float(v) for v in value] if isinstance(value, list) else value
-
-    @field_validator("dropout")
-    @classmethod
-    def _dropout_range(cls, value):
-        for v in value or []:
-            if not 0.0 <= v < 1.0:
-                raise ValueError(f"a dropout must be in [0, 1) (got {v})")
-        return value
-
-
-class TeacherSpec(Spec):
-    """A teacher spec (``teachers/*.yaml``); relative paths are relative to the working directory.
-
-    ``task_defs``: the task-definition file; ``from_run``: the multi-task run the members start from
-    (``--from-run`` overrides it); ``output_dir``: the teacher directory; ``tasks``: one ensemble each;
-    ``members``: ensemble size; ``vary``: per-member seeds (default 1..members) and dropouts (default: the
-    encoder's and task definition's); ``finetune``: the members' training settings.
-    """
-
-    task_defs: str
-    from_run: str | None = None
-    output_dir: str
-    tasks: list[str] = Field(min_length=1)
-    members: int = Field(default=3, ge=1)
-    vary: VarySpec = VarySpec()
-    finetune: FinetuneSpec = FinetuneSpec()
-
-    @model_validator(mode="after")
-    def _members_differ(self) -> "TeacherSpec":
-        for name in ("seed", "dropout"):
-            values = getattr(self.vary, name)
-            if values is not None and len(values) != self.members:
-                raise ValueError(f"field 'vary.{name}': lists {len(values)} values for {self.members} members "
-                                 "(field 'members'); give one per member")
-        settings = [(s, d) for s, d in zip(self.seeds, self.dropouts)]
-        for i, a in enumerate(settings):
-            if a in settings[:i]:
-                raise ValueError(f"field 'vary': members {settings.index(a) + 1} and {i + 1} have the same seed and "
-                                 f"dropout {a}; members of an ensemble must differ")
-        if len(set(self.tasks)) != len(self.tasks):
-            raise ValueError(f"field 'tasks': lists a task twice ({self.tasks})")
-        return self
-
-    @property
-    def seeds(self) -> list[int]:
-        return list(self.vary.seed or range(1, self.members + 1))
-
-    @property
-    def dropouts(self) -> list[float | None]:
-        return list(self.vary.dropout or [None] * self.members)
-
-
-def format_spec_error(source: str, err: ValidationError) -> str:
-    """One line per problem: ``FILE: field 'a.b': what is wrong (value: ...)``."""
-    lines = []
-    for e in err.errors():
-        msg = e["msg"].removeprefix("Value error, ")
-        if not e["loc"]:  # a check across fields names its fields itself
-            lines.append(f"{source}: {msg}")
-            continue
-        shown = repr(e.get("input"))
-        lines.append(f"{source}: field '{'.'.join(str(p) for p in e['loc'])}': {msg} "
-                     f"(value: {shown[:200] + '...' if len(shown) > 200 else shown})")
-    return "\n".join(lines)
-
-
-def load_spec(path: str | Path, model: type[Spec], kind: str) -> Spec:
-    """Read a YAML spec file and validate it into ``model``.
-
-    Raises:
-        ConfigError: unreadable file, invalid YAML, or an invalid field (naming the file, field and value).
-    """
-    path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise ConfigError(f"{path}: cannot read the {kind} spec ({err.strerror})") from None
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: not valid YAML: {err}") from None
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: a {kind} spec is a mapping of fields (got {type(raw).__name__})")
-    try:
-        return model.model_validate(raw)
-    except ValidationError as err:
-        raise ConfigError(format_spec_error(str(path), err)) from None
-
-
-# ----------------------------------------------------------------------------------------------- fingerprints
-
-
-def data_fingerprint(task: TaskDef, split: str, data_dir: Path) -> dict:
-    """``{"digest", "count"}`` of one split: a hash of the rows' source (file bytes, carving) and the parsing rules
-    that give examples their ids, texts and labels (as in the tokenized-split cache key of :mod:`mtdnn.data`).
-
-    Raises:
-        DataError: see :func:`mtdnn.data.load_split`.
-    """
-    from .data import load_split
-
-    raw = load_split(task, split, data_dir)
-    rules = {k: v for k, v in task.to_plain().items()
-             if k in ("type", "text", "candidates", "label", "labels", "on_malformed", "drop_labels")}
-    rules["split"] = task.splits[split].model_dump(mode="json")
-    payload = json.dumps({"source": raw.digest, "rules": rules, "ids": [ex.id for ex in raw.examples]}, sort_keys=True)
-    return {"digest": hashlib.sha256(payload.encode()).hexdigest()[:24], "count": len(raw.examples)}
-
-
-_DIGESTS: dict[tuple, str] = {}
-
-
-def export_digest(export_dir: Path) -> str:
-    """A hash of every file of an export (encoder weights and config, tokenizer, heads, task definitions).
-
-    Remembered per process while no file's size or modification time changes.
-    """
-    files = sorted(p for p in Path(export_dir).rglob("*") if p.is_file())
-    key = tuple((str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in files)
-    if key not in _DIGESTS:
-        h = hashlib.sha256()
-        for path in files:
-            h.update(str(path.relative_to(export_dir)).encode() + b"\0")
-            with path.open("rb") as f:
-                for chunk in iter(lambda: f.read(1 << 22), b""):
-                    h.update(chunk)
-        _DIGESTS[key] = h.hexdigest()[:24]
-    return _DIGESTS[key]
-
-
-def num_outputs(task: TaskDef) -> int:
-    """Outputs per example: classes (classification), candidates (ranking), 1 (regression)."""
-    return task.num_candidates if task.type == "ranking" else task.num_outputs
-
-
-# -------------------------------------------------------------------------------------------- cached outputs
-
-
-def member_dir(teacher_dir: Path, task: str, member: int) -> Path:
-    return Path(teacher_dir) / task / f"member-{member}"
-
-
-def logits_dir(teacher_dir: Path, task: str, member: int, split: str) -> Path:
-    return Path(teacher_dir) / task / "logits" / f"member-{member}-{split}"
-
-
-@torch.inference_mode()
-def member_outputs(export_dir: Path, task_name: str, split: str, data_dir: Path, batch_size: int = 64,
-                   max_length: int | None = None, device: str = "cpu") -> tuple[list[str], np.ndarray]:
-    """Run an exported member once over a split, in eval mode (no dropout), batched as dev evaluation is.
-
-    Returns:
-        ``(ids, outputs)``: ``outputs`` ``(examples, outputs)`` float32 in the split's row order (logits;
-        regression: predictions, ``outputs = 1``; ranking: candidate scores).
-    """
-    from .data import tokenized_split
-    from .export import load_export
-    from .inference import predict_outputs
-
-    model, tokenizer, tasks = load_export(export_dir)  # in eval mode
-    task = tasks[task_name]
-    rows = tokenized_split(task, split, data_dir, tokenizer, max_length)
-    outputs = predict_outputs(model.to(device), task, rows, tokenizer.pad_token_id or 0, batch_size, device=device)
-    return list(rows.ids), outputs.reshape(len(rows), -1).numpy().astype(np.float32)
-
-
-def write_outputs(path: Path, ids: list[str], outputs: np.ndarray, fingerprint: dict) -> None:
-    """Save ``(id, logits)`` rows with ``datasets`` and ``fingerprint.json`` to a temporary directory, then
-    rename it into place (a reader sees the old cache or the new one, never half of one)."""
-    import datasets
-
-    features = datasets.Features({"id": datasets.Value("string"),
-                                  "logits": datasets.List(datasets.Value("float32"), length=outputs.shape[1])})
-    ds = datasets.Dataset.from_dict({"id": ids, "logits": outputs}, features=features)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
-    try:
-        ds.save_to_disk(str(tmp))
-        (tmp / FINGERPRINT_FILE).write_text(json.dumps(fingerprint, indent=2) + "\n", encoding="utf-8")
-        old = path.with_name(f".{path.name}.old")
-        if path.exists():
-            os.replace(path, old)
-        os.replace(tmp, path)
-        shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-
-
-def read_fingerprint(path: Path) -> dict | None:
-    """The cache's fingerprint, or None when the cache is absent or unreadable."""
-    try:
-        return json.loads((Path(path) / FINGERPRINT_FILE).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return None
-
-
-def read_outputs(path: Path) -> tuple[list[str], np.ndarray, dict]:
-    """``(ids, outputs (examples, outputs) float32, fingerprint)`` of a cache written by :func:`write_outputs`.
-
-    Raises:
-        CheckpointError: the cache is missing or damaged.
-    """
-    import datasets
-
-    fingerprint = read_fingerprint(path)
-    if fingerprint is None:
-        raise CheckpointError(f"{path}: cached teacher outputs not found (no {FINGERPRINT_FILE}); "
-                              "build them with python -m mtdnn.teachers")
-    try:
-        columns = datasets.load_from_disk(str(path)).with_format("numpy")[:]
-    except Exception as err:  # datasets raises many types for a damaged directory
-        raise CheckpointError(f"{path}: cannot read the cached teacher outputs ({err})") from None
-    return [str(i) for i in columns["id"]], np.asarray(columns["logits"], dtype=np.float32), fingerprint
-
-
-def align(cached_ids: list[str], outputs: np.ndarray, ids: list[str], source: str) -> np.ndarray:
-    """Rows of ``outputs`` (keyed by ``cached_ids``) in the order of ``ids`` (which may be a subset).
-
-    Raises:
-        CheckpointError: duplicate cached ids, or an id of the data absent from the cache (never a silent
-            misalignment).
-    """
-    position = {i: row for row, i in enumerate(cached_ids)}
-    if len(position) != len(cached_ids):
-        raise CheckpointError(f"{source}: duplicate example ids in the cached teacher outputs")
-    missing = [i for i in ids if i not in position]
-    if missing:
-        raise CheckpointError(f"{source}: {len(missing)} example id(s) of the data are not in the cached teacher "
-                              f"outputs (e.g. {missing[:3]}); they were computed for other data")
-    return outputs[[position[i] for i in ids]]
-
-
-def teacher_outputs(teacher_dir: Path, task: TaskDef, split: str, data_dir: Path, ids: list[str],
-                    fingerprint: dict | None = None) -> np.ndarray:
-    """Every member's cached outputs for ``ids`` of a split, checked against the data and the members' exports.
-
-    Args:
-        fingerprint: :func:`data_fingerprint` of the split (computed when None).
-
-    Returns:
-        ``(len(ids), members, outputs)`` float32.
-
-    Raises:
-        CheckpointError: no teachers for the task, a member's run, export or cache is missing, or a cache was
-            computed from other data (count, ids, fingerprint) or another version of the member.
-    """
-    manifest = read_manifest(teacher_dir)
-    manifest_path = Path(teacher_dir) / MANIFEST_FILE
-    if task.name not in manifest["tasks"]:
-        raise CheckpointError(f"{manifest_path}: no teachers for task '{task.name}' (teachers were built for "
-                              f"{', '.join(manifest['tasks'])}); build them, or train the task on gold labels only")
-    fingerprint = fingerprint or data_fingerprint(task, split, data_dir)
-    stacked = []
-    for member in manifest["tasks"][task.name]["members"]:
-        k = member["member"]
-        export = member_dir(teacher_dir, task.name, k) / "export"
-        if not (export / "heads.safetensors").is_file():
-            raise CheckpointError(f"{export}: checkpoint of teacher member {k} of task '{task.name}' not found "
-                                  "(the teacher build is incomplete; rerun python -m mtdnn.teachers)")
-        path = logits_dir(teacher_dir, task.name, k, split)
-        cached_ids, outputs, stored = read_outputs(path)
-        where = path / FINGERPRINT_FILE
-        if stored.get("data") != fingerprint["digest"] or len(cached_ids) != fingerprint["count"]:
-            raise CheckpointError(
-                f"{where}: field 'data': the cached outputs of task '{task.name}' ({split}, member {k}) were computed "
-                f"from another version of the data ({len(cached_ids)} rows, digest {stored.get('data')}; the data "
-                f"now has {fingerprint['count']} rows, digest {fingerprint['digest']}); rebuild the teachers")
-        if stored.get("member_export") != export_digest(export):
-            raise CheckpointError(f"{where}: field 'member_export': teacher member {k} of task '{task.name}' changed "
-                                  f"since its outputs were cached; rerun python -m mtdnn.teachers")
-        if outputs.shape[1] != num_outputs(task):
-            raise CheckpointError(f"{where}: {outputs.shape[1]} outputs per example, task '{task.name}' has "
-                                  f"{num_outputs(task)}")
-        stacked.append(align(cached_ids, outputs, ids, str(path)))
-    return np.stack(stacked, axis=1)
 
 
 # --------------------------------------------------------------------------------------------------- scoring
@@ -459,7 +116,8 @@ def summarize(teacher_dir: Path, tasks: dict[str, TaskDef], data_dir: Path) -> d
             members.append({**member, "dev": dev, "score": dev[metric]})
             per_member.setdefault(k, {})[name] = dev
         raw = load_split(task, "dev", data_dir)
-        outputs = torch.from_numpy(teacher_outputs(teacher_dir, task, "dev", data_dir, [ex.id for ex in raw.examples]))
+        ids = [ex.id for ex in raw.examples]
+        outputs = torch.from_numpy(soft_targets.teacher_outputs(teacher_dir, task, "dev", data_dir, ids))
         labels = torch.tensor([ex.label for ex in raw.examples],
                               dtype=torch.float32 if task.type == "regression" else torch.long)
         ensemble = score(task, ensemble_outputs(task.type, outputs), labels)
@@ -519,20 +177,6 @@ def render_markdown(report: dict, title: str) -> str:
 
 # ------------------------------------------------------------------------------------------------- the build
 
-
-def read_manifest(teacher_dir: Path) -> dict:
-    """The resolved spec of a teacher directory (``teachers.yaml``).
-
-    Raises:
-        CheckpointError: the directory holds no teacher build.
-    """
-    path = Path(teacher_dir) / MANIFEST_FILE
-    try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError:
-        raise CheckpointError(f"{path}: no teacher build here (build one with python -m mtdnn.teachers)") from None
-
-
 def multitask_export(run: str | Path, where: str) -> Path:
     """The export of a complete multi-task run (or an export directory itself).
 
@@ -585,7 +229,7 @@ def trainer_flags(args: argparse.Namespace) -> list[str]:
     """The Lightning trainer flags of ``args`` (see :func:`mtdnn.train.add_trainer_args`), to pass on."""
     names = ("accelerator", "devices", "strategy", "num_nodes", "precision", "num_workers")
     flags = [part for n in names for part in (f"--{n.replace('_', '-')}", str(getattr(args, n)))]
-    return flags + (["--compile"] if getattr(args, "compile", False) else [])
+    return flags + (["--compile", args.compile] if getattr(args, "compile", None) else [])
 
 
 def build(spec: TeacherSpec, spec_path: str, data_dir: Path, from_run: str | None = None,
@@ -629,8 +273,9 @@ def build(spec: TeacherSpec, spec_path: str, data_dir: Path, from_run: str | Non
         raise ConfigError(f"{spec_path}: field 'from_run': {run} is inside the teacher directory {teacher_dir}")
     for task in tasks.values():
         check_files(task, ["train", "dev"], data_dir)
-    data = {n: {s: data_fingerprint(t, s, data_dir)["digest"] for s in ("train", "dev")} for n, t in tasks.items()}
-    mt_digest = export_digest(mt_export)
+    data = {n: {s: soft_targets.data_fingerprint(t, s, data_dir)["digest"] for s in ("train", "dev")}
+            for n, t in tasks.items()}
+    mt_digest = soft_targets.export_digest(mt_export)
     plan = []
     for name, task in tasks.items():
         for k, (seed, dropout) in enumerate(zip(spec.seeds, spec.dropouts), start=1):
@@ -674,20 +319,20 @@ def build(spec: TeacherSpec, spec_path: str, data_dir: Path, from_run: str | Non
         else:
             log.info("teacher %s member %d: complete, reused (%s)", task.name, k, run_dir)
         export = run_dir / "export"
-        member_fp = {"version": CACHE_VERSION, "member_export": export_digest(export),
+        member_fp = {"version": soft_targets.CACHE_VERSION, "member_export": soft_targets.export_digest(export),
                      "tokenizer": tokenizer_fingerprint(load_tokenizer(str(export / "encoder"))),
                      "max_length": spec.finetune.max_length}
         for split in ("train", "dev"):
-            path = logits_dir(teacher_dir, task.name, k, split)
+            path = soft_targets.logits_dir(teacher_dir, task.name, k, split)
             wanted = {**member_fp, "data": data[task.name][split]}
-            stored = read_fingerprint(path)
+            stored = soft_targets.read_fingerprint(path)
             if stored is not None and all(stored.get(key) == v for key, v in wanted.items()):
                 continue  # cached outputs of this member on this data: reused
             log.info("teacher %s member %d: outputs on %s", task.name, k, split)
-            ids, outputs = member_outputs(export, task.name, split, data_dir, spec.finetune.eval_batch_size,
-                                          spec.finetune.max_length, device)
-            write_outputs(path, ids, outputs, {**wanted, "task": task.name, "split": split, "member": k,
-                                               "count": len(ids)})
+            ids, outputs = soft_targets.member_outputs(export, task.name, split, data_dir,
+                                                       spec.finetune.eval_batch_size, spec.finetune.max_length, device)
+            soft_targets.write_outputs(path, ids, outputs, {**wanted, "task": task.name, "split": split, "member": k,
+                                                            "count": len(ids)})
 
     # 3. Members' and ensemble's dev scores, disagreement.
     report = summarize(teacher_dir, tasks, data_dir)

@@ -70,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m mtdnn.train", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("task_defs", help="task-definition YAML (e.g. task_defs/glue.yaml)")
-    p.add_argument("--tasks", type=task_list, default=None, help="comma-separated tasks to train (default: all)")
+    p.add_argument("--tasks", type=task_list, default=None, help="comma-separated tasks to train (default: every task with a train split)")
     p.add_argument("--data-dir", default=None,
                    help="data root for the task files (default: $MTDNN_DATA_DIR, else ../shared/data)")
     p.add_argument("--encoder", default="packaged-minilm",
@@ -278,6 +278,12 @@ def main(argv: list[str] | None = None) -> int:
 
     # 1. Validate everything that can be wrong before creating anything.
     all_tasks = load_task_defs(args.task_defs)
+    if args.tasks is None:  # every task that can be trained; the others are evaluation-only
+        untrainable = [n for n, t in all_tasks.items() if "train" not in t.splits]
+        if untrainable:
+            log.info("%s: training every task with a train split; %s have none (evaluation only)",
+                     args.task_defs, ", ".join(untrainable))
+        args.tasks = [n for n in all_tasks if n not in untrainable] or list(all_tasks)
     tasks = select_tasks(all_tasks, args.tasks, args.task_defs)
     for name, task in tasks.items():
         if "train" not in task.splits:

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 import yaml
 
-from mtdnn import teachers
+from mtdnn import soft_targets, teachers
 from mtdnn.errors import CheckpointError, ConfigError, run_cli
 from mtdnn.losses import (distillation_cross_entropy, distillation_mse, ensemble_prediction, ensemble_probabilities,
                           soft_cross_entropy)
@@ -81,11 +81,11 @@ def test_ensemble_averages_probabilities_not_logits():
 def test_align_by_id_never_misaligns():
     ids = ["a", "b", "c", "d"]
     outputs = np.arange(8, dtype=np.float32).reshape(4, 2)
-    assert teachers.align(ids, outputs, ["c", "a"], "x").tolist() == [[4, 5], [0, 1]]
+    assert soft_targets.align(ids, outputs, ["c", "a"], "x").tolist() == [[4, 5], [0, 1]]
     with pytest.raises(CheckpointError, match="1 example id.*not in the cached"):
-        teachers.align(ids, outputs, ["a", "z"], "x")
+        soft_targets.align(ids, outputs, ["a", "z"], "x")
     with pytest.raises(CheckpointError, match="duplicate"):
-        teachers.align(["a", "a", "c", "d"], outputs, ["a"], "x")
+        soft_targets.align(["a", "a", "c", "d"], outputs, ["a"], "x")
 
 
 def test_student_batches_carry_the_soft_targets_of_their_rows(data_dir, tokenizer):
@@ -204,7 +204,7 @@ def world(tmp_path_factory, data_dir, tiny_encoder):
         "members": 2, "vary": {"seed": [1, 2], "dropout": [0.1, 0.2]},
         "finetune": {"max_epochs": 1, "batch_size": 16, "lr": "1e-3"}})
     args = [spec, "--data-dir", str(data), "--accelerator", "cpu"]
-    real_train, real_outputs = train.main, teachers.member_outputs
+    real_train, real_outputs = train.main, soft_targets.member_outputs
     runs = {}
     with pytest.MonkeyPatch.context() as mp:
         for attempt in ("interrupted", "resumed", "rerun"):
@@ -212,7 +212,7 @@ def world(tmp_path_factory, data_dir, tiny_encoder):
                           fault_on=("stsb", "member-2") if attempt == "interrupted" else None, monkeypatch=mp)
             computed = Spy(real_outputs, outputs_of)
             mp.setattr(train, "main", trained)
-            mp.setattr(teachers, "member_outputs", computed)
+            mp.setattr(soft_targets, "member_outputs", computed)
             stamps = {p: p.stat().st_mtime_ns for p in (base / "teachers").rglob("*.json")}
             code = teachers.main(args)
             complete = sorted(f"{p.parent.parent.name}/{p.parent.name}"
@@ -252,7 +252,7 @@ def test_cached_outputs_are_the_members_logits_by_example_id(world):
     from mtdnn.export import load_export
 
     export = world["teachers"] / "rte" / "member-1" / "export"
-    ids, outputs, fingerprint = teachers.read_outputs(world["teachers"] / "rte" / "logits" / "member-1-train")
+    ids, outputs, fingerprint = soft_targets.read_outputs(world["teachers"] / "rte" / "logits" / "member-1-train")
     assert outputs.dtype == np.float32 and outputs.shape == (SLICES["glue/RTE/train.tsv"], 2)
     assert {"data", "tokenizer", "member_export", "count"} <= set(fingerprint)
     model, tokenizer, tasks = load_export(export)
@@ -263,7 +263,7 @@ def test_cached_outputs_are_the_members_logits_by_example_id(world):
         with torch.no_grad():
             logits = model("rte", batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
         assert np.allclose(outputs[ids.index(split.ids[row])], logits[0].numpy(), atol=1e-5)
-    _, stsb, _ = teachers.read_outputs(world["teachers"] / "stsb" / "logits" / "member-2-dev")
+    _, stsb, _ = soft_targets.read_outputs(world["teachers"] / "stsb" / "logits" / "member-2-dev")
     assert stsb.shape == (SLICES["glue/STS-B/dev.tsv"], 1)
 
 
@@ -282,7 +282,7 @@ def test_teacher_report_members_ensemble_and_disagreement(world):
     dev = load_split(teachers.load_task_defs(GLUE)["rte"], "dev", world["data"])
     probs = 0
     for k in (1, 2):
-        ids, logits, _ = teachers.read_outputs(world["teachers"] / "rte" / "logits" / f"member-{k}-dev")
+        ids, logits, _ = soft_targets.read_outputs(world["teachers"] / "rte" / "logits" / f"member-{k}-dev")
         order = [ids.index(ex.id) for ex in dev.examples]
         probs = probs + torch.softmax(torch.from_numpy(logits[order]), -1) / 2
     accuracy = (probs.argmax(-1) == torch.tensor([ex.label for ex in dev.examples])).float().mean().item()
@@ -392,8 +392,8 @@ def test_a_changed_member_invalidates_its_cached_outputs(world, monkeypatch, cap
     assert code == 2 and "field 'member_export'" in err and "member 1 of task 'rte' changed" in err
     assert not (world["base"] / "never2").exists()
     # rebuilding the teachers recomputes that member's outputs only (no training)
-    computed = Spy(teachers.member_outputs, outputs_of)
-    monkeypatch.setattr(teachers, "member_outputs", computed)
+    computed = Spy(soft_targets.member_outputs, outputs_of)
+    monkeypatch.setattr(soft_targets, "member_outputs", computed)
     assert teachers.main([world["teacher_spec"], "--teachers-dir", str(copy), "--data-dir", str(world["data"]),
                           "--accelerator", "cpu"]) == 0
     assert computed.calls == [("rte", "member-1", "train"), ("rte", "member-1", "dev")]

@@ -211,3 +211,18 @@ def test_default_relative_output_dir(tmp_path, data_dir, tiny_encoder, monkeypat
     run_dir = Path("runs") / "glue-rte-stsb-seed42"  # relative, as the default is
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["best"]["checkpoint"] == "checkpoints/best.ckpt"
+
+
+def test_without_tasks_every_task_with_a_train_split_is_trained(tmp_path, data_dir, tiny_encoder):
+    import yaml
+
+    glue = yaml.safe_load(Path(GLUE).read_text())
+    defs = tmp_path / "two.yaml"
+    defs.write_text(yaml.safe_dump({"tasks": {"rte": glue["tasks"]["rte"], "qnli": glue["tasks"]["qnli"]}}))
+    assert "train" not in glue["tasks"]["qnli"]["splits"]  # QNLI is dev-only here: evaluation, not training
+    args = train_args(tmp_path / "run", data_dir, tiny_encoder, "--max-epochs", "1")
+    args[0] = str(defs)
+    del args[1:3]  # no --tasks
+    assert main(args) == 0
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert list(metrics["best"]["tasks"]) == ["rte"]

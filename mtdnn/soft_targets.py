@@ -1,0 +1,232 @@
+"""The teacher directory's cached outputs (soft-target sources) of MT-DNN-KD (arXiv 1904.09482): layout,
+fingerprints, atomic writes, reads checked against the data, and alignment by example id.
+
+Each member's float32 logits (regression: predictions) over a split are a ``datasets.Dataset`` of ``id`` and
+``logits`` in ``<teacher_dir>/<task>/logits/member-<k>-<split>/`` with ``fingerprint.json`` (data digest and row
+count, tokenizer, the member's export digest). Readers never trust row order: :func:`align` maps by id, and any
+difference in count, ids or fingerprint is a :class:`~mtdnn.errors.CheckpointError`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+import yaml
+
+from .errors import CheckpointError
+from .runs import default_mode
+from .taskdef import TaskDef
+
+MANIFEST_FILE = "teachers.yaml"
+FINGERPRINT_FILE = "fingerprint.json"
+CACHE_VERSION = 1
+
+
+def read_manifest(teacher_dir: Path) -> dict:
+    """The resolved spec of a teacher directory (``teachers.yaml``).
+
+    Raises:
+        CheckpointError: the directory holds no teacher build.
+    """
+    path = Path(teacher_dir) / MANIFEST_FILE
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError:
+        raise CheckpointError(f"{path}: no teacher build here (build one with python -m mtdnn.teachers)") from None
+
+
+# ----------------------------------------------------------------------------------------------- fingerprints
+
+
+def data_fingerprint(task: TaskDef, split: str, data_dir: Path) -> dict:
+    """``{"digest", "count"}`` of one split: a hash of the rows' source (file bytes, carving) and the parsing rules
+    that give examples their ids, texts and labels (as in the tokenized-split cache key of :mod:`mtdnn.data`).
+
+    Raises:
+        DataError: see :func:`mtdnn.data.load_split`.
+    """
+    from .data import load_split
+
+    raw = load_split(task, split, data_dir)
+    rules = {k: v for k, v in task.to_plain().items()
+             if k in ("type", "text", "candidates", "label", "labels", "on_malformed", "drop_labels")}
+    rules["split"] = task.splits[split].model_dump(mode="json")
+    payload = json.dumps({"source": raw.digest, "rules": rules, "ids": [ex.id for ex in raw.examples]}, sort_keys=True)
+    return {"digest": hashlib.sha256(payload.encode()).hexdigest()[:24], "count": len(raw.examples)}
+
+
+_DIGESTS: dict[tuple, str] = {}
+
+
+def export_digest(export_dir: Path) -> str:
+    """A hash of every file of an export (encoder weights and config, tokenizer, heads, task definitions).
+
+    Remembered per process while no file's size or modification time changes.
+    """
+    files = sorted(p for p in Path(export_dir).rglob("*") if p.is_file())
+    key = tuple((str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in files)
+    if key not in _DIGESTS:
+        h = hashlib.sha256()
+        for path in files:
+            h.update(str(path.relative_to(export_dir)).encode() + b"\0")
+            with path.open("rb") as f:
+                for chunk in iter(lambda: f.read(1 << 22), b""):
+                    h.update(chunk)
+        _DIGESTS[key] = h.hexdigest()[:24]
+    return _DIGESTS[key]
+
+
+def num_outputs(task: TaskDef) -> int:
+    """Outputs per example: classes (classification), candidates (ranking), 1 (regression)."""
+    return task.num_candidates if task.type == "ranking" else task.num_outputs
+
+
+# -------------------------------------------------------------------------------------------- cached outputs
+
+
+def member_dir(teacher_dir: Path, task: str, member: int) -> Path:
+    return Path(teacher_dir) / task / f"member-{member}"
+
+
+def logits_dir(teacher_dir: Path, task: str, member: int, split: str) -> Path:
+    return Path(teacher_dir) / task / "logits" / f"member-{member}-{split}"
+
+
+@torch.inference_mode()
+def member_outputs(export_dir: Path, task_name: str, split: str, data_dir: Path, batch_size: int = 64,
+                   max_length: int | None = None, device: str = "cpu") -> tuple[list[str], np.ndarray]:
+    """Run an exported member once over a split, in eval mode (no dropout), batched as dev evaluation is.
+
+    Returns:
+        ``(ids, outputs)``: ``outputs`` ``(examples, outputs)`` float32 in the split's row order (logits;
+        regression: predictions, ``outputs = 1``; ranking: candidate scores).
+    """
+    from .data import tokenized_split
+    from .export import load_export
+    from .inference import predict_outputs
+
+    model, tokenizer, tasks = load_export(export_dir)  # in eval mode
+    task = tasks[task_name]
+    rows = tokenized_split(task, split, data_dir, tokenizer, max_length)
+    outputs = predict_outputs(model.to(device), task, rows, tokenizer.pad_token_id or 0, batch_size, device=device)
+    return list(rows.ids), outputs.reshape(len(rows), -1).numpy().astype(np.float32)
+
+
+def write_outputs(path: Path, ids: list[str], outputs: np.ndarray, fingerprint: dict) -> None:
+    """Save ``(id, logits)`` rows with ``datasets`` and ``fingerprint.json`` to a temporary directory, then
+    rename it into place (a reader sees the old cache or the new one, never half of one)."""
+    import datasets
+
+    features = datasets.Features({"id": datasets.Value("string"),
+                                  "logits": datasets.List(datasets.Value("float32"), length=outputs.shape[1])})
+    ds = datasets.Dataset.from_dict({"id": ids, "logits": outputs}, features=features)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    os.chmod(tmp, default_mode(directory=True))  # mkdtemp gives 0700
+    try:
+        ds.save_to_disk(str(tmp))
+        (tmp / FINGERPRINT_FILE).write_text(json.dumps(fingerprint, indent=2) + "\n", encoding="utf-8")
+        old = path.with_name(f".{path.name}.old")
+        if path.exists():
+            os.replace(path, old)
+        os.replace(tmp, path)
+        shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def read_fingerprint(path: Path) -> dict | None:
+    """The cache's fingerprint, or None when the cache is absent or unreadable."""
+    try:
+        return json.loads((Path(path) / FINGERPRINT_FILE).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def read_outputs(path: Path) -> tuple[list[str], np.ndarray, dict]:
+    """``(ids, outputs (examples, outputs) float32, fingerprint)`` of a cache written by :func:`write_outputs`.
+
+    Raises:
+        CheckpointError: the cache is missing or damaged.
+    """
+    import datasets
+
+    fingerprint = read_fingerprint(path)
+    if fingerprint is None:
+        raise CheckpointError(f"{path}: cached teacher outputs not found (no {FINGERPRINT_FILE}); "
+                              "build them with python -m mtdnn.teachers")
+    try:
+        columns = datasets.load_from_disk(str(path)).with_format("numpy")[:]
+    except Exception as err:  # datasets raises many types for a damaged directory
+        raise CheckpointError(f"{path}: cannot read the cached teacher outputs ({err})") from None
+    return [str(i) for i in columns["id"]], np.asarray(columns["logits"], dtype=np.float32), fingerprint
+
+
+def align(cached_ids: list[str], outputs: np.ndarray, ids: list[str], source: str) -> np.ndarray:
+    """Rows of ``outputs`` (keyed by ``cached_ids``) in the order of ``ids`` (which may be a subset).
+
+    Raises:
+        CheckpointError: duplicate cached ids, or an id of the data absent from the cache (never a silent
+            misalignment).
+    """
+    position = {i: row for row, i in enumerate(cached_ids)}
+    if len(position) != len(cached_ids):
+        raise CheckpointError(f"{source}: duplicate example ids in the cached teacher outputs")
+    missing = [i for i in ids if i not in position]
+    if missing:
+        raise CheckpointError(f"{source}: {len(missing)} example id(s) of the data are not in the cached teacher "
+                              f"outputs (e.g. {missing[:3]}); they were computed for other data")
+    return outputs[[position[i] for i in ids]]
+
+
+def teacher_outputs(teacher_dir: Path, task: TaskDef, split: str, data_dir: Path, ids: list[str],
+                    fingerprint: dict | None = None) -> np.ndarray:
+    """Every member's cached outputs for ``ids`` of a split, checked against the data and the members' exports.
+
+    Args:
+        fingerprint: :func:`data_fingerprint` of the split (computed when None).
+
+    Returns:
+        ``(len(ids), members, outputs)`` float32.
+
+    Raises:
+        CheckpointError: no teachers for the task, a member's run, export or cache is missing, or a cache was
+            computed from other data (count, ids, fingerprint) or another version of the member.
+    """
+    manifest = read_manifest(teacher_dir)
+    manifest_path = Path(teacher_dir) / MANIFEST_FILE
+    if task.name not in manifest["tasks"]:
+        raise CheckpointError(f"{manifest_path}: no teachers for task '{task.name}' (teachers were built for "
+                              f"{', '.join(manifest['tasks'])}); build them, or train the task on gold labels only")
+    fingerprint = fingerprint or data_fingerprint(task, split, data_dir)
+    stacked = []
+    for member in manifest["tasks"][task.name]["members"]:
+        k = member["member"]
+        export = member_dir(teacher_dir, task.name, k) / "export"
+        if not (export / "heads.safetensors").is_file():
+            raise CheckpointError(f"{export}: checkpoint of teacher member {k} of task '{task.name}' not found "
+                                  "(the teacher build is incomplete; rerun python -m mtdnn.teachers)")
+        path = logits_dir(teacher_dir, task.name, k, split)
+        cached_ids, outputs, stored = read_outputs(path)
+        where = path / FINGERPRINT_FILE
+        if stored.get("data") != fingerprint["digest"] or len(cached_ids) != fingerprint["count"]:
+            raise CheckpointError(
+                f"{where}: field 'data': the cached outputs of task '{task.name}' ({split}, member {k}) were computed "
+                f"from another version of the data ({len(cached_ids)} rows, digest {stored.get('data')}; the data "
+                f"now has {fingerprint['count']} rows, digest {fingerprint['digest']}); rebuild the teachers")
+        if stored.get("member_export") != export_digest(export):
+            raise CheckpointError(f"{where}: field 'member_export': teacher member {k} of task '{task.name}' changed "
+                                  f"since its outputs were cached; rerun python -m mtdnn.teachers")
+        if outputs.shape[1] != num_outputs(task):
+            raise CheckpointError(f"{where}: {outputs.shape[1]} outputs per example, task '{task.name}' has "
+                                  f"{num_outputs(task)}")
+        stacked.append(align(cached_ids, outputs, ids, str(path)))
+    return np.stack(stacked, axis=1)

@@ -1,0 +1,160 @@
+"""Teacher specs (``teachers/*.yaml``) and the spec-file plumbing shared with the student spec (:mod:`mtdnn.distill`).
+
+Specs are pydantic models with strict types and unknown keys forbidden; :func:`load_spec` reads one with
+``yaml.safe_load`` and turns every validation problem into one line naming the file, the field and the value.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .errors import ConfigError
+
+
+def yaml_float(value: Any) -> Any:
+    """PyYAML (YAML 1.1) reads ``5e-5`` without a dot as a string; take it as the number it spells."""
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
+
+
+class Spec(BaseModel):
+    """Base of the teacher and student specs: strict types, unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class FinetuneSpec(Spec):
+    """Training settings, passed to ``python -m mtdnn.train`` as the flags of the same names."""
+
+    max_epochs: int = Field(default=3, gt=0)
+    lr: float = Field(default=5e-5, gt=0)
+    batch_size: int = Field(default=32, gt=0)
+    eval_batch_size: int = Field(default=64, gt=0)
+    weight_decay: float = Field(default=0.01, ge=0)
+    warmup_ratio: float = Field(default=0.1, ge=0, lt=1)
+    gradient_clip: float = Field(default=1.0, ge=0)
+    max_length: int | None = Field(default=None, gt=0)
+    limit_train_examples: int | None = Field(default=None, gt=0)
+    pad_to_multiple_of: int = Field(default=1, gt=0)
+
+    @field_validator("lr", "weight_decay", "warmup_ratio", "gradient_clip", mode="before")
+    @classmethod
+    def _floats(cls, value):
+        return yaml_float(value)
+
+    def train_flags(self) -> list[str]:
+        """These settings as ``mtdnn.train`` flags (``--max-epochs 3 --lr 5e-05 ...``)."""
+        flags = []
+        for name, value in self.model_dump().items():
+            if value is not None:
+                flags += [f"--{name.replace('_', '-')}", str(value)]
+        return flags
+
+
+class VarySpec(Spec):
+    """What differs between the members of an ensemble: one seed (and optionally one dropout) per member.
+
+    ``dropout`` is passed as ``mtdnn.train --dropout``: it replaces every dropout probability of the member
+    (encoder attention and hidden layers, task head); without it the encoder's and task definition's apply.
+    """
+
+    seed: list[int] | None = None
+    dropout: list[float] | None = None
+
+    @field_validator("dropout", mode="before")
+    @classmethod
+    def _dropout_floats(cls, value):
+        return [yaml_float(v) for v in value] if isinstance(value, list) else value
+
+    @field_validator("dropout")
+    @classmethod
+    def _dropout_range(cls, value):
+        for v in value or []:
+            if not 0.0 <= v < 1.0:
+                raise ValueError(f"a dropout must be in [0, 1) (got {v})")
+        return value
+
+
+class TeacherSpec(Spec):
+    """A teacher spec (``teachers/*.yaml``); relative paths are relative to the working directory.
+
+    ``task_defs``: the task-definition file; ``from_run``: the multi-task run the members start from
+    (``--from-run`` overrides it); ``output_dir``: the teacher directory; ``tasks``: one ensemble each;
+    ``members``: ensemble size; ``vary``: per-member seeds (default 1..members) and dropouts (default: the
+    encoder's and task definition's); ``finetune``: the members' training settings.
+    """
+
+    task_defs: str
+    from_run: str | None = None
+    output_dir: str
+    tasks: list[str] = Field(min_length=1)
+    members: int = Field(default=3, ge=1)
+    vary: VarySpec = VarySpec()
+    finetune: FinetuneSpec = FinetuneSpec()
+
+    @model_validator(mode="after")
+    def _members_differ(self) -> "TeacherSpec":
+        for name in ("seed", "dropout"):
+            values = getattr(self.vary, name)
+            if values is not None and len(values) != self.members:
+                raise ValueError(f"field 'vary.{name}': lists {len(values)} values for {self.members} members "
+                                 "(field 'members'); give one per member")
+        settings = [(s, d) for s, d in zip(self.seeds, self.dropouts)]
+        for i, a in enumerate(settings):
+            if a in settings[:i]:
+                raise ValueError(f"field 'vary': members {settings.index(a) + 1} and {i + 1} have the same seed and "
+                                 f"dropout {a}; members of an ensemble must differ")
+        if len(set(self.tasks)) != len(self.tasks):
+            raise ValueError(f"field 'tasks': lists a task twice ({self.tasks})")
+        return self
+
+    @property
+    def seeds(self) -> list[int]:
+        return list(self.vary.seed or range(1, self.members + 1))
+
+    @property
+    def dropouts(self) -> list[float | None]:
+        return list(self.vary.dropout or [None] * self.members)
+
+
+def format_spec_error(source: str, err: ValidationError) -> str:
+    """One line per problem: ``FILE: field 'a.b': what is wrong (value: ...)``."""
+    lines = []
+    for e in err.errors():
+        msg = e["msg"].removeprefix("Value error, ")
+        if not e["loc"]:  # a check across fields names its fields itself
+            lines.append(f"{source}: {msg}")
+            continue
+        shown = repr(e.get("input"))
+        lines.append(f"{source}: field '{'.'.join(str(p) for p in e['loc'])}': {msg} "
+                     f"(value: {shown[:200] + '...' if len(shown) > 200 else shown})")
+    return "\n".join(lines)
+
+
+def load_spec(path: str | Path, model: type[Spec], kind: str) -> Spec:
+    """Read a YAML spec file and validate it into ``model``.
+
+    Raises:
+        ConfigError: unreadable file, invalid YAML, or an invalid field (naming the file, field and value).
+    """
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read the {kind} spec ({err.strerror})") from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML: {err}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: a {kind} spec is a mapping of fields (got {type(raw).__name__})")
+    try:
+        return model.model_validate(raw)
+    except ValidationError as err:
+        raise ConfigError(format_spec_error(str(path), err)) from None
