@@ -70,7 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m mtdnn.train", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("task_defs", help="task-definition YAML (e.g. task_defs/glue.yaml)")
-    p.add_argument("--tasks", type=task_list, default=None, help="comma-separated tasks to train (default: every task with a train split)")
+    p.add_argument("--tasks", type=task_list, default=None,
+                   help="comma-separated tasks to train (default: every task with a train split)")
     p.add_argument("--data-dir", default=None,
                    help="data root for the task files (default: $MTDNN_DATA_DIR, else ../shared/data)")
     p.add_argument("--encoder", default="packaged-minilm",
@@ -116,22 +117,36 @@ def default_output_dir(task_defs: str, tasks: list[str], seed: int) -> Path:
 
 
 def check_trainer_flags(flags: argparse.Namespace) -> None:
-    """Build (and drop) a Trainer from the Lightning flags, so that a bad one fails before any file is written.
+    """Check the Lightning flags of a training command (see :func:`check_lightning_flags`) and ``--num-workers``.
 
     Raises:
-        ConfigError: Lightning rejects --accelerator, --devices, --strategy, --precision or --num-nodes.
+        ConfigError: a negative --num-workers, or Lightning rejects the flags.
+    """
+    if getattr(flags, "num_workers", 0) < 0:
+        raise ConfigError(f"--num-workers: must not be negative (got {flags.num_workers})")
+    check_lightning_flags(accelerator=flags.accelerator, devices=flags.devices, strategy=flags.strategy,
+                          precision=flags.precision, num_nodes=flags.num_nodes)
+
+
+def check_lightning_flags(**flags) -> None:
+    """Build (and drop) a Trainer from Lightning flags, so that a bad one fails before any file is written.
+
+    Args:
+        flags: Trainer arguments named as the CLI flags (``accelerator``, ``devices``, ``strategy``, ``precision``,
+            ``num_nodes``); those given are quoted in the error.
+
+    Raises:
+        ConfigError: Lightning rejects the combination.
     """
     import pytorch_lightning as pl
 
-    if getattr(flags, "num_workers", 0) < 0:
-        raise ConfigError(f"--num-workers: must not be negative (got {flags.num_workers})")
+    kwargs = {**flags, "strategy": trainer_strategy(flags.get("strategy", "auto"))}
     try:
-        pl.Trainer(accelerator=flags.accelerator, devices=flags.devices, num_nodes=flags.num_nodes,
-                   strategy=trainer_strategy(flags.strategy), precision=flags.precision, logger=False,
-                   enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+        pl.Trainer(**kwargs, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                   enable_model_summary=False)
     except Exception as err:  # Lightning raises MisconfigurationException, ValueError, RuntimeError, ...
-        raise ConfigError(f"Lightning rejects --accelerator {flags.accelerator} --devices {flags.devices} "
-                          f"--strategy {flags.strategy} --precision {flags.precision}: {err}") from None
+        shown = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in flags.items() if k != "num_nodes")
+        raise ConfigError(f"Lightning rejects {shown}: {err}") from None
 
 
 def trainer_strategy(name: str):
@@ -163,7 +178,8 @@ def metrics_summary(history: list[dict], best_checkpoint: Path, run_dir: Path) -
     """``metrics.json``: dev scores per epoch and the best epoch (highest average, first on ties)."""
     best = max(history, key=lambda h: h["average"])  # max keeps the first of equal values
     return {"status": "complete", "epochs": history,
-            "best": {"epoch": best["epoch"], "checkpoint": str(best_checkpoint.resolve().relative_to(run_dir.resolve())),
+            "best": {"epoch": best["epoch"],
+                     "checkpoint": str(best_checkpoint.resolve().relative_to(run_dir.resolve())),
                      "tasks": best["tasks"], "average": best["average"]}}
 
 
@@ -398,7 +414,8 @@ def fit_and_export(module, datamodule, tasks: dict[str, TaskDef], tokenizer, run
 
         import tensorboard  # noqa: F401
 
-        loggers.append(TensorBoardLogger(run_dir, name="logs", version="tensorboard" + (f"-{version}" if version else "")))
+        tensorboard_version = f"tensorboard-{version}" if version else "tensorboard"
+        loggers.append(TensorBoardLogger(run_dir, name="logs", version=tensorboard_version))
     except ImportError:
         pass
     flags = trainer_flags

@@ -564,21 +564,6 @@ def _read_cached(path: Path, key: dict) -> dict | None:
     return record if isinstance(record, dict) and record.get("key") == key else None
 
 
-def check_transfer_flags(accelerator: str, precision: str) -> None:
-    """Build (and drop) a one-device Trainer, so that a bad ``--accelerator``/``--precision`` fails before training.
-
-    Raises:
-        ConfigError: Lightning rejects the combination.
-    """
-    import pytorch_lightning as pl
-
-    try:
-        pl.Trainer(accelerator=accelerator, devices=1, precision=precision, logger=False, enable_checkpointing=False,
-                   enable_progress_bar=False, enable_model_summary=False)
-    except Exception as err:  # Lightning raises MisconfigurationException, ValueError, RuntimeError, ...
-        raise ConfigError(f"Lightning rejects --accelerator {accelerator} --precision {precision}: {err}") from None
-
-
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
@@ -593,11 +578,12 @@ def main(argv: list[str] | None = None) -> int:
     from .model import load_tokenizer
     from .runs import write_atomic, write_json_atomic
     from .subsets import check_sizes, sizes_from_fractions, stratified_order
+    from .train import check_lightning_flags
 
     settings = SETTINGS
 
     # 1. Validate everything that can be wrong before training anything.
-    check_transfer_flags(args.accelerator, args.precision)
+    check_lightning_flags(accelerator=args.accelerator, precision=args.precision, devices=1)  # one device per run
     task = select_tasks(load_task_defs(args.task_defs), [args.task], args.task_defs)[args.task]
     if task.type != "classification":
         raise ConfigError(f"--task {task.name}: few-shot transfer needs a classification task (stratified subsets, "
