@@ -232,6 +232,22 @@ def trainer_flags(args: argparse.Namespace) -> list[str]:
     return flags + (["--compile", args.compile] if getattr(args, "compile", None) else [])
 
 
+def teacher_tasks(spec: TeacherSpec, spec_path: str) -> dict[str, TaskDef]:
+    """The spec's tasks from its task definitions (the counterpart of :func:`mtdnn.distill.student_tasks`).
+
+    Raises:
+        ConfigError: an unknown task, or a task without a train or dev split (members are fine-tuned on train and
+            selected on dev).
+    """
+    tasks = select_tasks(load_task_defs(spec.task_defs), spec.tasks, f"{spec_path}: field 'tasks'")
+    for name, task in tasks.items():
+        missing = [s for s in ("train", "dev") if s not in task.splits]
+        if missing:
+            raise ConfigError(f"{spec_path}: field 'tasks': task '{name}' has no {' or '.join(missing)} split "
+                              "(members are fine-tuned on train and selected on dev)")
+    return tasks
+
+
 def build(spec: TeacherSpec, spec_path: str, data_dir: Path, from_run: str | None = None,
           output_dir: str | None = None, flags: list[str] | None = None, accelerator: str = "auto",
           retrain_changed: bool = False) -> tuple[int, Path]:
@@ -255,13 +271,7 @@ def build(spec: TeacherSpec, spec_path: str, data_dir: Path, from_run: str | Non
     from .runs import read_metrics, write_atomic, write_json_atomic
 
     # 1. Validate everything before writing anything.
-    all_tasks = load_task_defs(spec.task_defs)
-    tasks = select_tasks(all_tasks, spec.tasks, f"{spec_path}: field 'tasks'")
-    for name, task in tasks.items():
-        missing = [s for s in ("train", "dev") if s not in task.splits]
-        if missing:
-            raise ConfigError(f"{spec_path}: field 'tasks': task '{name}' has no {' or '.join(missing)} split "
-                              "(members are fine-tuned on train and selected on dev)")
+    tasks = teacher_tasks(spec, spec_path)
     run = from_run or spec.from_run
     if not run:
         raise ConfigError(f"{spec_path}: field 'from_run': no multi-task run given (set it or pass --from-run)")

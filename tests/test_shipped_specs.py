@@ -7,7 +7,7 @@ import pytest
 
 from mtdnn.distill import StudentSpec, student_tasks
 from mtdnn.specs import TeacherSpec, load_spec
-from mtdnn.taskdef import load_task_defs
+from mtdnn.teachers import teacher_tasks
 
 ROOT = Path(__file__).resolve().parents[1]
 TEACHER_SPECS = sorted((ROOT / "teachers").glob("*.yaml"))
@@ -22,10 +22,9 @@ def test_specs_are_shipped():
 def test_teacher_spec_validates(path, monkeypatch):
     monkeypatch.chdir(ROOT)  # spec paths are relative to the working directory (the repository root)
     spec = load_spec(path, TeacherSpec, "teacher")
-    defs = load_task_defs(spec.task_defs)
-    missing = [t for t in spec.tasks if t not in defs]
-    assert not missing, f"{path.name}: tasks {missing} are not in {spec.task_defs}"
-    assert all("train" in defs[t].splits and "dev" in defs[t].splits for t in spec.tasks)
+    tasks = teacher_tasks(spec, str(path))  # raises for an unknown task or one without train and dev splits
+    assert list(tasks) == spec.tasks
+    assert all("train" in t.splits and "dev" in t.splits for t in tasks.values())
 
 
 @pytest.mark.parametrize("path", STUDENT_SPECS, ids=lambda p: p.name)
