@@ -6,7 +6,7 @@ Every mode starts from the parsed rows of RTE dev (277 pairs) and ends with deco
 (label and probabilities), so tokenization is timed too:
 
 - ``batched, length-sorted``: what ``mtdnn.predict`` does: one tokenizer call, batches of 64 longest first
-  (:func:`mtdnn.inference.predict_outputs`), outputs put back in input order;
+  (:func:`mtdnn.training.inference.predict_outputs`), outputs put back in input order;
 - ``batched, input order``: the same batches without sorting, to show what sorting saves in padding;
 - ``one at a time``: tokenize and score each pair alone (batch 1, no padding).
 
@@ -33,10 +33,10 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from mtdnn.data import collate, load_split, resolve_data_dir, tokenize_examples  # noqa: E402
-from mtdnn.inference import decode, load_model, predict_outputs  # noqa: E402
-from mtdnn.model import MultiTaskModel, load_encoder, load_tokenizer  # noqa: E402
-from mtdnn.taskdef import load_task_defs  # noqa: E402
+from mtdnn.tasks.data import collate, load_split, resolve_data_dir, tokenize_examples  # noqa: E402
+from mtdnn.training.inference import decode, load_model, predict_outputs  # noqa: E402
+from mtdnn.modeling.model import MultiTaskModel, load_encoder, load_tokenizer  # noqa: E402
+from mtdnn.tasks.taskdef import load_task_defs  # noqa: E402
 
 
 def batched_input_order(model, task, split, pad_id: int, batch_size: int) -> torch.Tensor:

@@ -5,9 +5,9 @@ CPU mode (the default) compares four set-ups on the same examples::
     .venv/bin/python bench/throughput.py --data-dir ../shared/data --tasks rte,mrpc,stsb,cola \\
         --limit-train-examples 256 --json bench-throughput.json
 
-- ``mtdnn``: what ``python -m mtdnn.train`` builds: :class:`~mtdnn.lightning.MultiTaskDataModule` (cached
+- ``mtdnn``: what ``python -m mtdnn.train`` builds: :class:`~mtdnn.training.lightning.MultiTaskDataModule` (cached
   tokenization, MT-DNN Algorithm 1 schedule, single-task length-grouped batches, dynamic padding) and
-  :class:`~mtdnn.lightning.MultiTaskModule` under a Lightning ``Trainer``;
+  :class:`~mtdnn.training.lightning.MultiTaskModule` under a Lightning ``Trainer``;
 - ``hf_max_length``: a plain ``transformers`` ``Trainer`` fine-tune with run_glue's defaults: every example
   padded to 128 tokens at tokenization, ``default_data_collator``, random order;
 - ``hf_dynamic``: the same ``Trainer`` with ``DataCollatorWithPadding`` (each batch padded to its longest row);
@@ -29,7 +29,7 @@ Targets: ``mtdnn`` at least 3x the examples per second of ``hf_max_length`` and 
 
 GPU mode (``--device cuda``) measures model FLOP/s of a training step of BERT-base geometry (random init) on
 the four tasks' real length distribution: see :func:`gpu_benchmark` and ``bench/README.md``. It imports only
-torch, transformers and :mod:`mtdnn.schedule` (pure torch), and reads the token ids that
+torch, transformers and :mod:`mtdnn.tasks.schedule` (pure torch), and reads the token ids that
 ``--export-tokens FILE`` wrote here (the GPU machine has neither ``datasets`` nor the data).
 """
 
@@ -136,10 +136,10 @@ def run_mtdnn(args: argparse.Namespace) -> dict:
     import pytorch_lightning as pl
     import torch
 
-    from mtdnn.data import resolve_data_dir
-    from mtdnn.lightning import MultiTaskDataModule, MultiTaskModule
-    from mtdnn.model import load_tokenizer
-    from mtdnn.taskdef import load_task_defs, select_tasks
+    from mtdnn.tasks.data import resolve_data_dir
+    from mtdnn.training.lightning import MultiTaskDataModule, MultiTaskModule
+    from mtdnn.modeling.model import load_tokenizer
+    from mtdnn.tasks.taskdef import load_task_defs, select_tasks
 
     defs = ROOT / "task_defs" / "glue.yaml"
     tasks = select_tasks(load_task_defs(defs), args.tasks.split(","), str(defs))
@@ -172,15 +172,15 @@ def run_mtdnn(args: argparse.Namespace) -> dict:
 
 
 def hf_dataset(args: argparse.Namespace, tokenizer, pad_to_max_length: bool):
-    """The same rows as ``mtdnn`` (first N per task, parsed by :mod:`mtdnn.data`) as one ``datasets.Dataset``.
+    """The same rows as ``mtdnn`` (first N per task, parsed by :mod:`mtdnn.tasks.data`) as one ``datasets.Dataset``.
 
     Tokenized as run_glue does: ``tokenizer(text_a, text_b)`` truncated to ``--max-length``, padded to it when
     ``pad_to_max_length``. Labels: the class id, or for regression the score binarised at 2.5.
     """
     import datasets
 
-    from mtdnn.data import load_split, resolve_data_dir
-    from mtdnn.taskdef import load_task_defs, select_tasks
+    from mtdnn.tasks.data import load_split, resolve_data_dir
+    from mtdnn.tasks.taskdef import load_task_defs, select_tasks
 
     defs = ROOT / "task_defs" / "glue.yaml"
     tasks = select_tasks(load_task_defs(defs), args.tasks.split(","), str(defs))
@@ -219,7 +219,7 @@ def run_hf(args: argparse.Namespace, setup: str) -> dict:
     from transformers import (AutoModelForSequenceClassification, DataCollatorWithPadding, Trainer,
                               TrainerCallback, TrainingArguments, default_data_collator, set_seed)
 
-    from mtdnn.model import load_tokenizer, resolve_encoder
+    from mtdnn.modeling.model import load_tokenizer, resolve_encoder
 
     tokenizer = load_tokenizer(args.encoder)
     set_seed(args.seed)
@@ -313,7 +313,7 @@ def markdown_table(results: dict[str, dict]) -> str:
 def cpu_benchmark(args: argparse.Namespace) -> int:
     import importlib.metadata as md
 
-    from mtdnn.runs import write_json_atomic
+    from mtdnn.training.runs import write_json_atomic
 
     setups = [s.strip() for s in args.setups.split(",")]
     unknown = [s for s in setups if s not in SETUPS]
@@ -386,10 +386,10 @@ def export_tokens(args: argparse.Namespace) -> int:
     The GPU machine has neither ``datasets`` nor the data: this file is what it needs of them. Token ids come from
     the tokenized-split cache, exactly as ``mtdnn.train`` sees them (truncated to ``--max-length``).
     """
-    from mtdnn.data import resolve_data_dir, tokenized_split, tokenizer_fingerprint
-    from mtdnn.model import load_tokenizer
-    from mtdnn.runs import write_atomic
-    from mtdnn.taskdef import load_task_defs, select_tasks
+    from mtdnn.tasks.data import resolve_data_dir, tokenized_split, tokenizer_fingerprint
+    from mtdnn.modeling.model import load_tokenizer
+    from mtdnn.training.runs import write_atomic
+    from mtdnn.tasks.taskdef import load_task_defs, select_tasks
 
     defs = ROOT / "task_defs" / "glue.yaml"
     tasks = select_tasks(load_task_defs(defs), args.tasks.split(","), str(defs))
@@ -448,7 +448,7 @@ def gpu_benchmark(args: argparse.Namespace) -> int:
     """Model FLOP/s of bf16 training steps of BERT-base geometry on the tasks' real length distribution.
 
     Data: the token ids of ``--tokens-file`` (see :func:`export_tokens`), scheduled by the toolkit's own
-    :class:`~mtdnn.schedule.MultiTaskBatchSampler` (Algorithm 1, length-grouped single-task batches of
+    :class:`~mtdnn.tasks.schedule.MultiTaskBatchSampler` (Algorithm 1, length-grouped single-task batches of
     ``--batch-size`` 256; each task's short last batch is dropped so that every step has the same batch size),
     padded to a multiple of ``--pad-to-multiple-of`` 8. Model: ``BertModel`` with BERT-base geometry, random
     init (no weights can be fetched there), SDPA attention, one pooled-[CLS] head per task as in
@@ -462,7 +462,7 @@ def gpu_benchmark(args: argparse.Namespace) -> int:
     from torch import nn
     from transformers import AutoModel, BertConfig, get_linear_schedule_with_warmup
 
-    from mtdnn.schedule import MultiTaskBatchSampler, TaskSize  # pure torch: no datasets, pydantic or Lightning
+    from mtdnn.tasks.schedule import MultiTaskBatchSampler, TaskSize  # pure torch: no datasets, pydantic or Lightning
 
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():

@@ -1,8 +1,10 @@
 """mtdnn: multi-task learning and knowledge distillation of transformer encoders (MT-DNN, MT-DNN-KD).
 
-Pipeline: task definition (:mod:`mtdnn.taskdef`) -> data (:mod:`mtdnn.data`) -> schedule (:mod:`mtdnn.schedule`)
--> shared encoder and heads (:mod:`mtdnn.model`, :mod:`mtdnn.heads`) -> losses and metrics -> Lightning
-(:mod:`mtdnn.lightning`) -> run directory and export (:mod:`mtdnn.runs`, :mod:`mtdnn.export`).
+The subpackages follow the pipeline, and a lower stage never imports a higher one:
+task definitions, data and schedules (:mod:`mtdnn.tasks`) -> encoder, heads, losses and metrics
+(:mod:`mtdnn.modeling`) -> Lightning module, Trainer, run directory and export (:mod:`mtdnn.training`)
+-> teachers, soft targets and student (:mod:`mtdnn.distillation`); evaluate, predict and transfer
+(:mod:`mtdnn.evaluation`). ``python -m mtdnn.<command>`` runs each command.
 """
 
 __version__ = "0.1.0"

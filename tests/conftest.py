@@ -26,7 +26,7 @@ def _isolated_cache(tmp_path_factory):
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     """The real data root; skipped when absent (a failure under CI, where MTDNN_REQUIRE_DATA=1)."""
-    from mtdnn.data import resolve_data_dir
+    from mtdnn.tasks.data import resolve_data_dir
     from mtdnn.errors import DataError
 
     try:
@@ -45,7 +45,7 @@ def make_tiny_encoder(path: Path, dtype: torch.dtype = torch.float32, seed: int 
     """Save a randomly initialised 2-layer, hidden-32 BERT and the packaged MiniLM tokenizer to ``path``."""
     from transformers import AutoTokenizer, BertConfig, BertModel
 
-    from mtdnn.model import resolve_encoder
+    from mtdnn.modeling.model import resolve_encoder
 
     torch.manual_seed(seed)
     config = BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
@@ -62,6 +62,6 @@ def tiny_encoder(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="session")
 def tokenizer(tiny_encoder):
-    from mtdnn.model import load_tokenizer
+    from mtdnn.modeling.model import load_tokenizer
 
     return load_tokenizer(tiny_encoder)

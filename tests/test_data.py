@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from mtdnn import data as data_mod
-from mtdnn.data import collate, load_split, tokenized_split
+from mtdnn.tasks import data as data_mod
+from mtdnn.tasks.data import collate, load_split, tokenized_split
 from mtdnn.errors import DataError
-from mtdnn.taskdef import parse_tasks
+from mtdnn.tasks.taskdef import parse_tasks
 
 
 def task(**overrides):
@@ -172,7 +172,7 @@ def test_cache_is_reused_and_invalidated_by_edits(tmp_path, tokenizer, monkeypat
 
 @pytest.mark.data
 def test_real_glue_files_load_with_official_counts(data_dir):
-    from mtdnn.taskdef import load_task_defs
+    from mtdnn.tasks.taskdef import load_task_defs
 
     tasks = load_task_defs(Path(__file__).resolve().parents[1] / "task_defs" / "glue.yaml")
     expected = {("cola", "train"): 8551, ("mrpc", "train"): 3668, ("mrpc", "dev"): 408, ("stsb", "dev"): 1500,

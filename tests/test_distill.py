@@ -11,9 +11,11 @@ import torch
 import torch.nn.functional as F
 import yaml
 
-from mtdnn import soft_targets, teachers
+from mtdnn.distillation import soft_targets
+
+from mtdnn.distillation import teachers
 from mtdnn.errors import CheckpointError, ConfigError, run_cli
-from mtdnn.losses import (distillation_cross_entropy, distillation_mse, ensemble_prediction, ensemble_probabilities,
+from mtdnn.modeling.losses import (distillation_cross_entropy, distillation_mse, ensemble_prediction, ensemble_probabilities,
                           soft_cross_entropy)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -89,9 +91,9 @@ def test_align_by_id_never_misaligns():
 
 
 def test_student_batches_carry_the_soft_targets_of_their_rows(data_dir, tokenizer):
-    from mtdnn.data import tokenized_split
-    from mtdnn.distill import DistillationDataModule
-    from mtdnn.taskdef import load_task_defs, select_tasks
+    from mtdnn.tasks.data import tokenized_split
+    from mtdnn.distillation.student import DistillationDataModule
+    from mtdnn.tasks.taskdef import load_task_defs, select_tasks
 
     tasks = select_tasks(load_task_defs(GLUE), ["rte", "stsb"], GLUE)
     ids = tokenized_split(tasks["rte"], "train", data_dir, tokenizer).ids
@@ -113,8 +115,8 @@ def test_student_batches_carry_the_soft_targets_of_their_rows(data_dir, tokenize
 
 
 def test_distillation_module_uses_soft_targets_on_distill_tasks_only(tiny_encoder):
-    from mtdnn.distill import DistillationModule
-    from mtdnn.taskdef import load_task_defs, select_tasks
+    from mtdnn.distillation.student import DistillationModule
+    from mtdnn.tasks.taskdef import load_task_defs, select_tasks
 
     tasks = select_tasks(load_task_defs(GLUE), ["rte", "stsb"], GLUE)
     module = DistillationModule(tiny_encoder, {n: t.to_plain() for n, t in tasks.items()}, distill_tasks=["rte"],
@@ -133,8 +135,8 @@ def test_distillation_module_uses_soft_targets_on_distill_tasks_only(tiny_encode
 
 
 def test_layer_selection_keeps_the_chosen_layers(tiny_encoder):
-    from mtdnn.distill import select_layers
-    from mtdnn.model import load_encoder
+    from mtdnn.distillation.student import select_layers
+    from mtdnn.modeling.model import load_encoder
 
     source = load_encoder(tiny_encoder)
     student = select_layers(load_encoder(tiny_encoder), [1], "spec")
@@ -192,7 +194,7 @@ def outputs_of(export_dir, task_name, split, *args, **kwargs):
 @pytest.fixture(scope="module")
 def world(tmp_path_factory, data_dir, tiny_encoder):
     """A multi-task run on data slices, then a teacher build that is interrupted, resumed and rerun."""
-    from mtdnn import train
+    from mtdnn.training import trainer as train
 
     base = tmp_path_factory.mktemp("kd")
     data = slice_data(data_dir, base / "data")
@@ -248,8 +250,8 @@ def test_rerun_reuses_every_member_and_cached_output(world):
 
 
 def test_cached_outputs_are_the_members_logits_by_example_id(world):
-    from mtdnn.data import collate, tokenized_split
-    from mtdnn.export import load_export
+    from mtdnn.tasks.data import collate, tokenized_split
+    from mtdnn.training.export import load_export
 
     export = world["teachers"] / "rte" / "member-1" / "export"
     ids, outputs, fingerprint = soft_targets.read_outputs(world["teachers"] / "rte" / "logits" / "member-1-train")
@@ -268,8 +270,8 @@ def test_cached_outputs_are_the_members_logits_by_example_id(world):
 
 
 def test_teacher_report_members_ensemble_and_disagreement(world):
-    from mtdnn.data import load_split
-    from mtdnn.runs import read_metrics
+    from mtdnn.tasks.data import load_split
+    from mtdnn.training.runs import read_metrics
 
     report = json.loads((world["teachers"] / "teachers.json").read_text())
     rte = report["tasks"]["rte"]
@@ -305,7 +307,8 @@ def student_spec(world, name, **extra):
 @pytest.fixture(scope="module")
 def student(world):
     """The student, with the one-command form (teachers reused, nothing retrained)."""
-    from mtdnn import distill, train
+    from mtdnn.distillation import student as distill
+    from mtdnn.training import trainer as train
 
     spec = student_spec(world, "student")
     with pytest.MonkeyPatch.context() as mp:
@@ -317,7 +320,7 @@ def student(world):
 
 
 def test_student_report_has_members_ensemble_and_student(world, student):
-    from mtdnn.runs import read_metrics
+    from mtdnn.training.runs import read_metrics
 
     report = json.loads((student / "report.json").read_text())
     teacher_report = json.loads((world["teachers"] / "teachers.json").read_text())
@@ -343,8 +346,8 @@ def test_student_report_has_members_ensemble_and_student(world, student):
 def test_student_with_gold_task_and_layers_from_the_multitask_run(world):
     from transformers import AutoConfig
 
-    from mtdnn import distill
-    from mtdnn.runs import read_metrics
+    from mtdnn.distillation import student as distill
+    from mtdnn.training.runs import read_metrics
 
     spec = student_spec(world, "small", distill=["rte"], gold=["stsb"], alpha=1.0,
                         init={"encoder": "multitask", "layers": [1]}, from_run=str(world["mt_run"]))
@@ -367,7 +370,7 @@ def run_exit_code(main, argv, capsys):
 
 
 def test_soft_targets_from_other_data_are_an_error(world, capsys):
-    from mtdnn import distill
+    from mtdnn.distillation import student as distill
 
     changed = slice_data(world["data"], world["base"] / "data-changed", drop_last="glue/RTE/train.tsv")
     out = world["base"] / "never"
@@ -382,7 +385,7 @@ def test_soft_targets_from_other_data_are_an_error(world, capsys):
 def test_a_changed_member_invalidates_its_cached_outputs(world, monkeypatch, capsys):
     from safetensors.torch import load_file, save_file
 
-    from mtdnn import distill
+    from mtdnn.distillation import student as distill
 
     copy = copy_teachers(world, "teachers-changed")
     heads = copy / "rte" / "member-1" / "export" / "heads.safetensors"
@@ -409,7 +412,7 @@ def test_a_changed_member_invalidates_its_cached_outputs(world, monkeypatch, cap
     ({"teachers": "NO_MEMBER"}, "member-2/export", "checkpoint of teacher member 2 of task 'stsb' not found"),
 ])
 def test_bad_student_input_exits_2_with_nothing_written(world, capsys, change, named, message):
-    from mtdnn import distill
+    from mtdnn.distillation import student as distill
 
     change = dict(change)
     if change.get("teachers") == "EMPTY":
@@ -455,7 +458,7 @@ def test_missing_multitask_run_exits_2(world, capsys):
 
 
 def test_bad_lightning_flag_exits_2_before_any_member_or_student_run(world, capsys):
-    from mtdnn import distill
+    from mtdnn.distillation import student as distill
 
     spec = write_yaml(world["base"] / "flag.yaml", {**yaml.safe_load(Path(world["teacher_spec"]).read_text()),
                                                     "output_dir": str(world["base"] / "flag-teachers")})

@@ -12,7 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from mtdnn import evaluate, predict, train
+from mtdnn.evaluation import evaluate
+
+from mtdnn.evaluation import predict
+
+from mtdnn.training import trainer as train
 from mtdnn.errors import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -85,9 +89,9 @@ def test_evaluate_from_a_copied_export_alone(run_dir, data_dir, tmp_path):
 
 
 def test_batches_are_length_sorted_and_outputs_come_back_in_input_order(tiny_encoder):
-    from mtdnn.data import TokenizedSplit
-    from mtdnn.inference import predict_outputs
-    from mtdnn.taskdef import parse_tasks
+    from mtdnn.tasks.data import TokenizedSplit
+    from mtdnn.training.inference import predict_outputs
+    from mtdnn.tasks.taskdef import parse_tasks
 
     task = parse_tasks({"tasks": {"t": {"type": "regression", "splits": {}, "text": ["s"], "label": "y"}}}, "mem")["t"]
     lengths = [3, 9, 1, 7, 7, 2, 8, 5, 4, 6]
@@ -104,8 +108,8 @@ def test_batches_are_length_sorted_and_outputs_come_back_in_input_order(tiny_enc
 
 
 def test_batched_predictions_equal_one_at_a_time(run_dir, data_dir):
-    from mtdnn.data import load_split, tokenize_examples
-    from mtdnn.inference import load_model, predict_outputs
+    from mtdnn.tasks.data import load_split, tokenize_examples
+    from mtdnn.training.inference import load_model, predict_outputs
 
     loaded = load_model(run_dir)
     task = loaded.task("rte")
@@ -180,8 +184,8 @@ def test_a_copied_export_predicts_the_same_in_a_fresh_process(run_dir, data_dir,
 
 
 def test_ranking_input_and_output_use_the_candidate_columns():
-    from mtdnn.inference import decode
-    from mtdnn.taskdef import load_task_defs
+    from mtdnn.training.inference import decode
+    from mtdnn.tasks.taskdef import load_task_defs
 
     task = load_task_defs(ROOT / "task_defs" / "arct.yaml")["arct"]
     [example] = predict.parse_lines(["a claim\ta reason\twarrant a\twarrant b"], "<stdin>", task, "tsv")

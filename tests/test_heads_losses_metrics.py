@@ -10,10 +10,10 @@ from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
 from mtdnn.errors import ConfigError
-from mtdnn.heads import TaskHead, pool
-from mtdnn.losses import cross_entropy, mse, ranking_cross_entropy, soft_cross_entropy
-from mtdnn.metrics import average_score, build_metrics, compute_metrics, update_metrics
-from mtdnn.taskdef import parse_tasks
+from mtdnn.modeling.heads import TaskHead, pool
+from mtdnn.modeling.losses import cross_entropy, mse, ranking_cross_entropy, soft_cross_entropy
+from mtdnn.modeling.metrics import average_score, build_metrics, compute_metrics, update_metrics
+from mtdnn.tasks.taskdef import parse_tasks
 
 BASE = {"splits": {"train": {"path": "x.tsv"}}, "label": "y"}
 

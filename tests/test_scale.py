@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from mtdnn.errors import run_cli
-from mtdnn.train import main
+from mtdnn.training.trainer import main
 
 ROOT = Path(__file__).resolve().parents[1]
 GLUE = str(ROOT / "task_defs" / "glue.yaml")

@@ -5,7 +5,7 @@ from collections import Counter
 
 import pytest
 
-from mtdnn.schedule import EvalBatchSampler, MultiTaskBatchSampler, TaskSize, length_grouped_batches
+from mtdnn.tasks.schedule import EvalBatchSampler, MultiTaskBatchSampler, TaskSize, length_grouped_batches
 
 SIZES = [TaskSize([5 + (i % 40) for i in range(n)]) for n in (100, 300, 40)]
 

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from mtdnn.distill import StudentSpec, student_tasks
-from mtdnn.specs import TeacherSpec, load_spec
-from mtdnn.teachers import teacher_tasks
+from mtdnn.distillation.student import StudentSpec, student_tasks
+from mtdnn.distillation.specs import TeacherSpec, load_spec
+from mtdnn.distillation.teachers import teacher_tasks
 
 ROOT = Path(__file__).resolve().parents[1]
 TEACHER_SPECS = sorted((ROOT / "teachers").glob("*.yaml"))

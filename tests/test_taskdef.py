@@ -4,7 +4,7 @@ import pytest
 import yaml
 
 from mtdnn.errors import ConfigError
-from mtdnn.taskdef import load_task_defs, parse_tasks, select_tasks
+from mtdnn.tasks.taskdef import load_task_defs, parse_tasks, select_tasks
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -8,7 +8,7 @@ import pytorch_lightning as pl
 import torch
 
 from mtdnn.errors import run_cli
-from mtdnn.train import main
+from mtdnn.training.trainer import main
 
 ROOT = Path(__file__).resolve().parents[1]
 GLUE = str(ROOT / "task_defs" / "glue.yaml")
@@ -56,9 +56,9 @@ def test_checkpoints_load_with_weights_only(two_task_run):
 def test_export_round_trip_matches_the_best_checkpoint(two_task_run, data_dir):
     from transformers import AutoModel
 
-    from mtdnn.data import collate, tokenized_split
-    from mtdnn.export import load_export
-    from mtdnn.lightning import MultiTaskModule
+    from mtdnn.tasks.data import collate, tokenized_split
+    from mtdnn.training.export import load_export
+    from mtdnn.training.lightning import MultiTaskModule
 
     model, tokenizer, tasks = load_export(two_task_run / "export")
     assert list(tasks) == ["rte", "stsb"]
@@ -83,9 +83,9 @@ def test_complete_run_is_refused_without_overwrite(two_task_run, data_dir, tiny_
 
 
 def test_init_from_copies_encoder_and_matching_heads(two_task_run, data_dir, tmp_path):
-    from mtdnn.export import load_export
-    from mtdnn.lightning import MultiTaskModule
-    from mtdnn.train import copy_matching_heads
+    from mtdnn.training.export import load_export
+    from mtdnn.training.lightning import MultiTaskModule
+    from mtdnn.training.trainer import copy_matching_heads
 
     model, _, tasks = load_export(two_task_run / "export")
     fresh = MultiTaskModule(str(two_task_run / "export" / "encoder"), {n: t.to_plain() for n, t in tasks.items()})
@@ -105,8 +105,8 @@ def test_interrupted_run_keeps_last_checkpoint_and_writes_no_metrics(tmp_path, d
 
 
 def test_epochs_are_reshuffled_inside_a_lightning_fit(data_dir, tiny_encoder, tokenizer):
-    from mtdnn.lightning import MultiTaskDataModule, MultiTaskModule
-    from mtdnn.taskdef import load_task_defs, select_tasks
+    from mtdnn.training.lightning import MultiTaskDataModule, MultiTaskModule
+    from mtdnn.tasks.taskdef import load_task_defs, select_tasks
 
     tasks = select_tasks(load_task_defs(GLUE), ["rte", "mrpc"], GLUE)
     seen: dict[int, list] = {}
@@ -132,7 +132,7 @@ def test_epochs_are_reshuffled_inside_a_lightning_fit(data_dir, tiny_encoder, to
 def test_fp16_checkpoint_trains_in_float32(tmp_path, data_dir):
     from conftest import make_tiny_encoder
 
-    from mtdnn.model import load_encoder
+    from mtdnn.modeling.model import load_encoder
 
     encoder_dir = make_tiny_encoder(tmp_path / "fp16", dtype=torch.float16)
     assert all(p.dtype == torch.float32 for p in load_encoder(str(encoder_dir)).parameters())
@@ -192,7 +192,7 @@ def test_bad_task_definition_exits_2(tmp_path, data_dir, tiny_encoder, capsys):
 
 
 def test_compiled_encoder_checkpoints_keep_plain_parameter_names(tmp_path, data_dir, tiny_encoder):
-    from mtdnn.export import load_export
+    from mtdnn.training.export import load_export
 
     run_dir = tmp_path / "compiled"
     assert main(train_args(run_dir, data_dir, tiny_encoder, "--max-epochs", "1", "--compile", "eager")) == 0

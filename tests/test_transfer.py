@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from mtdnn.errors import ConfigError, DataError, run_cli
-from mtdnn.subsets import check_sizes, class_counts, sizes_from_fractions, stratified_order
-from mtdnn.transfer import main
+from mtdnn.tasks.subsets import check_sizes, class_counts, sizes_from_fractions, stratified_order
+from mtdnn.evaluation.transfer import main
 
 ROOT = Path(__file__).resolve().parents[1]
 GLUE = str(ROOT / "task_defs" / "glue.yaml")
@@ -75,8 +75,8 @@ def test_sizes_from_fractions_and_size_checks():
 
 
 def test_drop_labels_removes_and_counts_rows_but_other_bad_labels_still_fail(tmp_path):
-    from mtdnn.data import load_split
-    from mtdnn.taskdef import parse_tasks
+    from mtdnn.tasks.data import load_split
+    from mtdnn.tasks.taskdef import parse_tasks
 
     (tmp_path / "nli.tsv").write_text("s1\ts2\tgold_label\na\tb\tentailment\nc\td\t-\ne\tf\tcontradiction\n")
     (tmp_path / "bad.tsv").write_text("s1\ts2\tgold_label\na\tb\tentailment\nc\td\tmaybe\n")
@@ -93,7 +93,7 @@ def test_drop_labels_removes_and_counts_rows_but_other_bad_labels_still_fail(tmp
 
 
 def test_encoder_labels_default_to_names_and_run_directories(tmp_path):
-    from mtdnn.transfer import parse_encoder_list
+    from mtdnn.evaluation.transfer import parse_encoder_list
 
     (tmp_path / "glue-mt" / "export").mkdir(parents=True)
     run, export = tmp_path / "glue-mt", tmp_path / "glue-mt" / "export"
@@ -110,9 +110,9 @@ def test_encoder_labels_default_to_names_and_run_directories(tmp_path):
 @pytest.fixture(scope="module")
 def mt_run(tmp_path_factory, tiny_encoder):
     """A stand-in for a finished multi-task run: the tiny encoder exported with untrained mnli and rte heads."""
-    from mtdnn.export import export_model
-    from mtdnn.model import MultiTaskModel, load_encoder, load_tokenizer
-    from mtdnn.taskdef import load_task_defs, select_tasks
+    from mtdnn.training.export import export_model
+    from mtdnn.modeling.model import MultiTaskModel, load_encoder, load_tokenizer
+    from mtdnn.tasks.taskdef import load_task_defs, select_tasks
 
     tasks = select_tasks(load_task_defs(NLI), ["mnli", "rte"], NLI)
     torch.manual_seed(7)
@@ -163,8 +163,8 @@ def test_results_json_holds_per_seed_accuracies_mean_and_std(snli_sweep):
 
 
 def test_every_encoder_sees_the_same_nested_stratified_subsets(snli_sweep, data_dir):
-    from mtdnn.data import load_split
-    from mtdnn.taskdef import load_task_defs
+    from mtdnn.tasks.data import load_split
+    from mtdnn.tasks.taskdef import load_task_defs
 
     out_dir, _ = snli_sweep
     ids = {}
@@ -200,7 +200,7 @@ def test_markdown_table_and_png_are_written(snli_sweep):
 
 
 def test_an_interrupted_sweep_resumes_from_finished_runs(snli_sweep, monkeypatch, capsys):
-    import mtdnn.transfer
+    import mtdnn.evaluation.transfer
 
     out_dir, args = snli_sweep
     before = json.loads((out_dir / "results.json").read_text())
@@ -208,17 +208,17 @@ def test_an_interrupted_sweep_resumes_from_finished_runs(snli_sweep, monkeypatch
     def no_training(*a, **k):
         raise AssertionError("a finished run was trained again")
 
-    monkeypatch.setattr(mtdnn.transfer, "fine_tune", no_training)
+    monkeypatch.setattr(mtdnn.evaluation.transfer, "fine_tune", no_training)
     assert main(args) == 0
     assert "kept from an earlier run" in capsys.readouterr().out
     assert json.loads((out_dir / "results.json").read_text())["results"] == before["results"]
 
 
 def test_fine_tune_learns_its_subset_and_evaluate_scores_it(data_dir, tiny_encoder, tokenizer):
-    from mtdnn.data import tokenized_split
-    from mtdnn.model import MultiTaskModel, load_encoder
-    from mtdnn.taskdef import load_task_defs
-    from mtdnn.transfer import Encoder, TransferSettings, evaluate_split, fine_tune
+    from mtdnn.tasks.data import tokenized_split
+    from mtdnn.modeling.model import MultiTaskModel, load_encoder
+    from mtdnn.tasks.taskdef import load_task_defs
+    from mtdnn.evaluation.transfer import Encoder, TransferSettings, evaluate_split, fine_tune
 
     snli = load_task_defs(GLUE)["snli"]
     pool = tokenized_split(snli, "train", data_dir, tokenizer)
@@ -236,8 +236,8 @@ def test_fine_tune_learns_its_subset_and_evaluate_scores_it(data_dir, tiny_encod
 def test_reused_head_starts_from_the_runs_weights(mt_run):
     from safetensors.torch import load_file
 
-    from mtdnn.taskdef import load_task_defs
-    from mtdnn.transfer import reused_head_state
+    from mtdnn.tasks.taskdef import load_task_defs
+    from mtdnn.evaluation.transfer import reused_head_state
 
     snli = load_task_defs(GLUE)["snli"]
     state = reused_head_state(mt_run / "export", "mnli", snli)

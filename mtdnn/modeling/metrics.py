@@ -16,7 +16,7 @@ from torchmetrics import MetricCollection
 from torchmetrics.classification import BinaryF1Score, MulticlassAccuracy, MulticlassMatthewsCorrCoef
 from torchmetrics.regression import PearsonCorrCoef, SpearmanCorrCoef
 
-from .taskdef import TaskDef
+from ..tasks.taskdef import TaskDef
 
 
 def build_metrics(task: TaskDef) -> MetricCollection:

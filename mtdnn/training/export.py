@@ -23,9 +23,9 @@ from pathlib import Path
 import yaml
 from safetensors.torch import load_file, save_file
 
-from .errors import CheckpointError
-from .model import MultiTaskModel, load_encoder, load_tokenizer
-from .taskdef import TaskDef, parse_tasks
+from ..errors import CheckpointError
+from ..modeling.model import MultiTaskModel, load_encoder, load_tokenizer
+from ..tasks.taskdef import TaskDef, parse_tasks
 
 EXPORT_META = "mtdnn_export.json"
 FORMAT_VERSION = 1

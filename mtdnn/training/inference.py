@@ -5,7 +5,7 @@
     TokenizedSplit --predict_outputs--> outputs in input order: logits (n, classes) | scores (n,) | (n, candidates)
     outputs --decode--> label names (or scores for regression) with probabilities
 
-Batches are formed exactly as training's dev evaluation forms them (:class:`mtdnn.schedule.EvalBatchSampler`:
+Batches are formed exactly as training's dev evaluation forms them (:class:`mtdnn.tasks.schedule.EvalBatchSampler`:
 longest first, the run's eval batch size and padding multiple), so that ``mtdnn.evaluate`` on a run's best
 checkpoint reproduces its ``metrics.json`` to the bit (a run trained in one process, scored on the same kind of
 device): the same examples meet in the same padded batches, in the same order, and torchmetrics accumulates
@@ -22,14 +22,14 @@ from typing import Any
 import torch
 import yaml
 
-from .data import TokenizedSplit, collate, resolve_data_dir
-from .errors import CheckpointError, ConfigError
+from ..tasks.data import TokenizedSplit, collate, resolve_data_dir
+from ..errors import CheckpointError, ConfigError
 from .export import is_export_dir, load_export
-from .metrics import update_metrics
-from .model import MultiTaskModel, load_encoder, load_tokenizer
+from ..modeling.metrics import update_metrics
+from ..modeling.model import MultiTaskModel, load_encoder, load_tokenizer
 from .runs import CONFIG_FILE, EXPORT_DIR, complete_run, load_checkpoint_file
-from .schedule import EvalBatchSampler
-from .taskdef import TaskDef, parse_tasks
+from ..tasks.schedule import EvalBatchSampler
+from ..tasks.taskdef import TaskDef, parse_tasks
 
 DEFAULT_BATCH_SIZE = 64  # training's --eval-batch-size default
 
@@ -146,7 +146,7 @@ def predict_outputs(model: MultiTaskModel, task: TaskDef, split: TokenizedSplit,
                     device: str | torch.device = "cpu") -> torch.Tensor:
     """The head's outputs for every row of ``split``, in the split's order, float32 on CPU.
 
-    Rows are batched longest first (:class:`~mtdnn.schedule.EvalBatchSampler`) and dynamically padded.
+    Rows are batched longest first (:class:`~mtdnn.tasks.schedule.EvalBatchSampler`) and dynamically padded.
     Returns logits ``(n, num_labels)`` (classification), scores ``(n,)`` (regression) or candidate scores
     ``(n, num_candidates)`` (ranking). When ``metrics`` (a torchmetrics collection on ``device``) is given and
     the split is labelled, every batch is added to it in batch order, as training's validation does.

@@ -24,42 +24,14 @@ from typing import Any
 import torch
 from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 
-from .errors import CheckpointError
+from ..errors import CheckpointError
+from ..fileio import default_mode, write_atomic, write_json_atomic  # noqa: F401 (re-exported)
 
 METRICS_FILE = "metrics.json"
 CONFIG_FILE = "config.yaml"
 SCHEDULE_FILE = "schedule.json"
 EXPORT_DIR = "export"
 CHECKPOINT_DIR = "checkpoints"
-
-
-def default_mode(directory: bool = False) -> int:
-    """The permissions a plain ``open``/``mkdir`` would give under the current umask (mkstemp gives 0600)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    return (0o777 if directory else 0o666) & ~umask
-
-
-def write_atomic(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same directory and ``os.replace``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    os.chmod(tmp, default_mode())
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def write_json_atomic(path: str | Path, obj: Any) -> None:
-    """:func:`write_atomic` of ``obj`` as indented JSON."""
-    write_atomic(path, json.dumps(obj, indent=2) + "\n")
 
 
 def read_metrics(run_dir: str | Path) -> dict | None:

@@ -16,7 +16,7 @@ A task definition file has one top-level key, ``tasks``, mapping task names to d
 
 Loading uses ``yaml.safe_load``; unknown keys and wrong types are errors that quote the file, task, field and
 offending value (:class:`mtdnn.errors.ConfigError`). Only the selected tasks' *files* are checked later, by
-:mod:`mtdnn.data`; every task's *definition* is validated here.
+:mod:`mtdnn.tasks.data`; every task's *definition* is validated here.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 TaskType = Literal["classification", "regression", "ranking"]
 LossName = Literal["cross_entropy", "mse", "ranking_cross_entropy"]
@@ -130,7 +130,7 @@ class TaskDef(_Strict):
 
     ``drop_labels`` lists label values that mark a row as having no gold label, such as SNLI's ``-`` (no
     annotator majority; ``-1`` in the Hugging Face copy). Such rows are removed when the file is read, and
-    counted (:attr:`mtdnn.data.RawSplit.dropped`), instead of being errors.
+    counted (:attr:`mtdnn.tasks.data.RawSplit.dropped`), instead of being errors.
     """
 
     name: str

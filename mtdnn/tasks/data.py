@@ -28,7 +28,7 @@ from typing import Any, Sequence
 
 import torch
 
-from .errors import DataError
+from ..errors import DataError
 from .taskdef import SplitSpec, TaskDef
 
 log = logging.getLogger(__name__)
@@ -491,7 +491,7 @@ def tokenized_split(task: TaskDef, split: str, data_dir: Path, tokenizer, max_le
         if use_cache:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = Path(tempfile.mkdtemp(prefix=path.name + ".", dir=path.parent))
-            from .runs import default_mode
+            from ..fileio import default_mode
 
             os.chmod(tmp, default_mode(directory=True))  # mkdtemp gives 0700
             ds.save_to_disk(str(tmp))

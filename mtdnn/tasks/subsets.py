@@ -26,7 +26,7 @@ from typing import Sequence
 
 import torch
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 
 def stratified_order(labels: Sequence[int], seed: int) -> list[int]:

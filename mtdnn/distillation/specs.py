@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 
 def yaml_float(value: Any) -> Any:

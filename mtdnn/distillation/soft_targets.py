@@ -20,9 +20,9 @@ import numpy as np
 import torch
 import yaml
 
-from .errors import CheckpointError
-from .runs import default_mode
-from .taskdef import TaskDef
+from ..errors import CheckpointError
+from ..fileio import default_mode
+from ..tasks.taskdef import TaskDef
 
 MANIFEST_FILE = "teachers.yaml"
 FINGERPRINT_FILE = "fingerprint.json"
@@ -47,12 +47,12 @@ def read_manifest(teacher_dir: Path) -> dict:
 
 def data_fingerprint(task: TaskDef, split: str, data_dir: Path) -> dict:
     """``{"digest", "count"}`` of one split: a hash of the rows' source (file bytes, carving) and the parsing rules
-    that give examples their ids, texts and labels (as in the tokenized-split cache key of :mod:`mtdnn.data`).
+    that give examples their ids, texts and labels (as in the tokenized-split cache key of :mod:`mtdnn.tasks.data`).
 
     Raises:
-        DataError: see :func:`mtdnn.data.load_split`.
+        DataError: see :func:`mtdnn.tasks.data.load_split`.
     """
-    from .data import load_split
+    from ..tasks.data import load_split
 
     raw = load_split(task, split, data_dir)
     rules = {k: v for k, v in task.to_plain().items()
@@ -108,9 +108,9 @@ def member_outputs(export_dir: Path, task_name: str, split: str, data_dir: Path,
         ``(ids, outputs)``: ``outputs`` ``(examples, outputs)`` float32 in the split's row order (logits;
         regression: predictions, ``outputs = 1``; ranking: candidate scores).
     """
-    from .data import tokenized_split
-    from .export import load_export
-    from .inference import predict_outputs
+    from ..tasks.data import tokenized_split
+    from ..training.export import load_export
+    from ..training.inference import predict_outputs
 
     model, tokenizer, tasks = load_export(export_dir)  # in eval mode
     task = tasks[task_name]

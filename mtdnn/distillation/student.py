@@ -1,0 +1,475 @@
+"""``python -m mtdnn.distill [TEACHERS_SPEC] STUDENT_SPEC``: distil teacher ensembles into one multi-task student.
+
+MT-DNN-KD (Liu et al. 2019, arXiv 1904.09482), stage 2b. With two specs the teachers are built (or resumed) first
+(:mod:`mtdnn.teachers`); with one, the student spec's ``teachers`` directory must hold a finished build::
+
+    python -m mtdnn.distill teachers/glue.yaml students/glue.yaml --from-run runs/<mt-run> --data-dir ../shared/data
+    python -m mtdnn.distill students/glue.yaml --data-dir ../shared/data
+
+The student is trained with the multi-task trainer, schedule and metrics of :mod:`mtdnn.training.lightning`; only the
+loss of a ``distill`` task changes (:func:`mtdnn.modeling.losses.distillation_cross_entropy`, ``distillation_mse``): the
+soft targets are the teacher members' cached logits, looked up by the batch's row positions. ``gold`` tasks are
+trained on their labels only. The student run directory is a normal run directory (:mod:`mtdnn.training.runs`) plus
+``report.json`` and ``report.md``: per task each member's dev score, their mean and standard deviation, the
+ensemble's and the student's score, and the same averaged over tasks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import warnings
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+import yaml
+from pydantic import Field, field_validator, model_validator
+from torch.utils.data import DataLoader
+
+from . import teachers
+from ..errors import ConfigError, run_cli
+from ..training.lightning import MultiTaskDataModule, MultiTaskModule
+from ..modeling.losses import DISTILLATION_LOSSES
+from .soft_targets import align, read_manifest, teacher_outputs
+from .specs import FinetuneSpec, Spec, TeacherSpec, load_spec, yaml_float
+from ..tasks.taskdef import TaskDef, load_task_defs, select_tasks
+
+log = logging.getLogger("mtdnn.distill")
+
+REPORT_JSON, REPORT_MD = "report.json", "report.md"
+INIT_ENCODER_DIR = "init_encoder"
+
+
+# ----------------------------------------------------------------------------------------------------- spec
+
+
+class InitSpec(Spec):
+    """The student's starting point.
+
+    ``encoder``: ``pretrained`` (the encoder the multi-task run started from; default), ``multitask`` (the
+    multi-task run's encoder and the heads of matching tasks), or any Hugging Face name or path; never a teacher
+    member. ``layers``: keep only these 0-based encoder layers (DistilBERT-style, Sanh et al. 2019,
+    arXiv 1910.01108), e.g. ``[0, 2, 4]`` of a 6-layer encoder.
+    """
+
+    encoder: str = "pretrained"
+    layers: list[int] | None = Field(default=None, min_length=1)
+
+
+class StudentTrainSpec(FinetuneSpec):
+    """The student's training settings: :class:`~mtdnn.distillation.specs.FinetuneSpec` plus seed and task schedule."""
+
+    seed: int = 42
+    schedule: Literal["proportional", "temperature", "uniform"] = "proportional"
+    sampling_temperature: float = Field(default=2.0, gt=0)
+
+    @field_validator("sampling_temperature", mode="before")
+    @classmethod
+    def _float(cls, value):
+        return yaml_float(value)
+
+
+class StudentSpec(Spec):
+    """A student spec (``students/*.yaml``); relative paths are relative to the working directory.
+
+    ``distill``: tasks trained on soft targets and gold labels; ``gold``: tasks trained on gold labels only;
+    ``temperature`` T > 0 and ``alpha`` in [0, 1] of the distillation loss; ``loss_weights``: per-task factors
+    replacing the task definitions' ``loss_weight``; ``teachers``: the teacher directory; ``from_run``: the
+    multi-task run for ``init`` (default: the one the teachers started from).
+    """
+
+    task_defs: str
+    teachers: str | None = None
+    from_run: str | None = None
+    output_dir: str
+    init: InitSpec = InitSpec()
+    distill: list[str] = []
+    gold: list[str] = []
+    temperature: float = Field(default=1.0, gt=0)
+    alpha: float = Field(default=0.5, ge=0, le=1)
+    loss_weights: dict[str, float] = {}
+    train: StudentTrainSpec = StudentTrainSpec()
+
+    @field_validator("temperature", "alpha", mode="before")
+    @classmethod
+    def _floats(cls, value):
+        return yaml_float(value)
+
+    @field_validator("loss_weights", mode="before")
+    @classmethod
+    def _weights(cls, value):
+        return {k: yaml_float(v) for k, v in value.items()} if isinstance(value, dict) else value
+
+    @model_validator(mode="after")
+    def _tasks(self) -> "StudentSpec":
+        if not self.distill and not self.gold:
+            raise ValueError("fields 'distill', 'gold': give at least one task")
+        both = sorted(set(self.distill) & set(self.gold))
+        if both:
+            raise ValueError(f"fields 'distill', 'gold': task(s) {', '.join(both)} listed under both")
+        names = self.distill + self.gold
+        if len(set(names)) != len(names):
+            raise ValueError(f"fields 'distill', 'gold': a task is listed twice ({names})")
+        for name, weight in self.loss_weights.items():
+            if name not in names:
+                raise ValueError(f"field 'loss_weights.{name}': task '{name}' is not under distill or gold")
+            if weight < 0:
+                raise ValueError(f"field 'loss_weights.{name}': must be >= 0 (got {weight})")
+        return self
+
+
+# ------------------------------------------------------------------------------------------- research code
+
+
+class SoftTargetCollator:
+    """Wraps the training loader's :class:`~mtdnn.training.lightning.TaskCollator`: a batch of a ``distill`` task also gets
+    ``teacher_logits`` ``(batch, members, outputs)`` float32, the rows ``batch["idx"]`` of the task's soft targets."""
+
+    def __init__(self, base, teacher_logits: dict[int, torch.Tensor]):
+        self.base, self.teacher_logits = base, teacher_logits
+
+    def __call__(self, features: list[dict[str, Any]]) -> dict:
+        batch = self.base(features)
+        task_index = features[0].get("task_index", 0)
+        if task_index in self.teacher_logits:
+            batch["teacher_logits"] = self.teacher_logits[task_index][batch["idx"]]
+        return batch
+
+
+class DistillationDataModule(MultiTaskDataModule):
+    """:class:`~mtdnn.training.lightning.MultiTaskDataModule` whose training batches of ``distill`` tasks carry the teacher
+    members' outputs.
+
+    Args:
+        soft_targets: ``{task: (ids, outputs)}`` with ``outputs`` ``(len(ids), members, outputs)`` float32 keyed by
+            example id; aligned once, in :meth:`setup`, to the rows of the task's training split (an id of the
+            split missing from ``ids`` is an error, never a silent misalignment).
+        other arguments: see :class:`~mtdnn.training.lightning.MultiTaskDataModule`.
+    """
+
+    def __init__(self, tasks: dict[str, TaskDef], data_dir: Path, tokenizer,
+                 soft_targets: dict[str, tuple[list[str], np.ndarray]], **kwargs):
+        super().__init__(tasks, data_dir, tokenizer, **kwargs)
+        self.soft_targets = soft_targets
+        self.teacher_logits: dict[int, torch.Tensor] = {}
+
+    def setup(self, stage: str | None = None) -> None:
+        super().setup(stage)
+        self.teacher_logits = {}
+        for index, (name, split) in enumerate(zip(self.tasks, self.train_sets)):
+            if name in self.soft_targets:
+                ids, outputs = self.soft_targets[name]
+                rows = align(ids, outputs, split.ids, f"soft targets of task '{name}'")
+                self.teacher_logits[index] = torch.from_numpy(np.ascontiguousarray(rows, dtype=np.float32))
+
+    def train_dataloader(self) -> DataLoader:
+        loader = super().train_dataloader()
+        loader.collate_fn = SoftTargetCollator(loader.collate_fn, self.teacher_logits)
+        return loader
+
+
+class DistillationModule(MultiTaskModule):
+    """The multi-task module with the knowledge-distillation loss on ``distill_tasks`` (MT-DNN-KD).
+
+    For a distill task's batch, with s the student's outputs and the batch's ``teacher_logits``::
+
+        classification, ranking: alpha * T^2 * CE(q, softmax(s / T)) + (1 - alpha) * CE(s, gold),
+                                 q = mean over members of softmax(z_m / T)
+        regression:              alpha * (s - mean_m p_m)^2 + (1 - alpha) * (s - y)^2
+
+    with the per-example weights and global normaliser of :mod:`mtdnn.modeling.losses` (DDP-correct). Other tasks keep
+    their gold loss. Hyper-parameters are plain Python values (checkpoints load with ``weights_only=True``); the
+    soft targets come with the batches (:class:`DistillationDataModule`), never in the hyper-parameters.
+
+    Args:
+        distill_tasks: the tasks trained on soft targets. temperature: T > 0. alpha: in [0, 1].
+        other arguments: see :class:`~mtdnn.training.lightning.MultiTaskModule`.
+    """
+
+    def __init__(self, encoder: str, tasks: dict[str, dict], distill_tasks: list[str], temperature: float = 1.0,
+                 alpha: float = 0.5, **kwargs):
+        if not temperature > 0 or not 0 <= alpha <= 1:
+            raise ValueError(f"temperature must be > 0 and alpha in [0, 1] (got {temperature}, {alpha})")
+        super().__init__(encoder, tasks, **kwargs)
+        # MultiTaskModule's save_hyperparameters() records distill_tasks, temperature and alpha too.
+
+    def task_loss(self, batch: dict, outputs: torch.Tensor) -> torch.Tensor:
+        if batch["task"] not in self.hparams.distill_tasks:
+            return super().task_loss(batch, outputs)
+        if "teacher_logits" not in batch:
+            raise RuntimeError(f"a batch of distill task '{batch['task']}' has no teacher_logits "
+                               "(use DistillationDataModule)")
+        task = self.task_defs[batch["task"]]
+        weight = batch["weight"]
+        # The normaliser of MultiTaskModule.task_loss: global real examples / world size (see mtdnn.modeling.losses).
+        real = self.trainer.strategy.reduce(weight.sum().detach(), reduce_op="sum") if self._trainer else weight.sum()
+        world = self.trainer.world_size if self._trainer else 1
+        normalizer = real.clamp(min=1.0) / world
+        loss = DISTILLATION_LOSSES[task.loss_name](outputs, batch["teacher_logits"], batch["labels"], weight,
+                                                   normalizer, self.hparams.temperature, self.hparams.alpha)
+        return task.loss_weight * loss
+
+
+# ---------------------------------------------------------------------------------------------- student init
+
+
+def resolve_init(spec: StudentSpec, spec_path: str, mt_run: str | None,
+                 teacher_dir: Path | None) -> tuple[str, Path | None]:
+    """The student's encoder (name or path) and the export whose matching heads it copies (``multitask``), or None.
+
+    Raises:
+        ConfigError: ``pretrained``/``multitask`` without a multi-task run, or a teacher member as the start.
+        CheckpointError: the multi-task run is incomplete.
+    """
+    from ..modeling.model import resolve_encoder
+
+    choice, heads_from = spec.init.encoder, None
+    if choice in ("pretrained", "multitask"):
+        if not mt_run:
+            raise ConfigError(f"{spec_path}: field 'init.encoder': '{choice}' needs the multi-task run (set "
+                              "from_run, pass --from-run, or give a teacher directory that names it)")
+        export = teachers.multitask_export(mt_run, f"{spec_path}: field 'init.encoder' ('{choice}')")
+        if choice == "pretrained":
+            source = teachers.pretrained_encoder(Path(mt_run))
+        else:
+            heads_from, source = export, str(export / "encoder")
+    else:
+        source = choice
+    if teacher_dir is not None:
+        for candidate in (Path(resolve_encoder(source)), Path(mt_run) if mt_run else None):
+            if candidate is not None and candidate.exists() and \
+                    candidate.resolve().is_relative_to(Path(teacher_dir).resolve()):
+                raise ConfigError(f"{spec_path}: field 'init.encoder': {candidate} is inside the teacher directory "
+                                  f"{teacher_dir}; a student never starts from a teacher member (use pretrained, "
+                                  "multitask or another encoder)")
+    return source, heads_from
+
+
+def select_layers(encoder: torch.nn.Module, layers: list[int], where: str) -> torch.nn.Module:
+    """Keep only ``layers`` (0-based, increasing) of a BERT-style encoder's ``encoder.layer`` list, in place.
+
+    DistilBERT (Sanh et al. 2019, arXiv 1910.01108) initialises its student from every other teacher layer.
+
+    Raises:
+        ConfigError: the encoder has no ``encoder.layer`` list, or an index is out of range or repeated.
+    """
+    blocks = getattr(getattr(encoder, "encoder", None), "layer", None)
+    if not isinstance(blocks, torch.nn.ModuleList):
+        raise ConfigError(f"{where}: {type(encoder).__name__} has no encoder.layer list; layer selection supports "
+                          "BERT-style encoders (BERT, RoBERTa, MiniLM, ELECTRA)")
+    if any(not 0 <= i < len(blocks) for i in layers) or sorted(set(layers)) != list(layers):
+        raise ConfigError(f"{where}: layers must be increasing indices in 0..{len(blocks) - 1} (got {layers})")
+    encoder.encoder.layer = torch.nn.ModuleList([blocks[i] for i in layers])
+    encoder.config.num_hidden_layers = len(layers)
+    if isinstance(getattr(encoder.config, "layer_types", None), list):
+        encoder.config.layer_types = [encoder.config.layer_types[i] for i in layers]
+    return encoder
+
+
+# ------------------------------------------------------------------------------------------------ reporting
+
+
+def student_report(teacher_report: dict | None, best: dict, distill: list[str], gold: list[str],
+                   tasks: dict[str, TaskDef], run_dir: Path, spec: StudentSpec) -> dict:
+    """The teachers' report (:func:`mtdnn.teachers.summarize`) with the student's best-epoch dev scores added:
+    per distill task and on their average; gold-only tasks listed apart."""
+    from ..modeling.metrics import average_score
+
+    def scores(name: str) -> dict:
+        return {"dev": best["tasks"][name], "score": best["tasks"][name][tasks[name].metric_names[0]]}
+
+    report = dict(teacher_report or {"tasks": {}, "average": {}})
+    report["tasks"] = {n: {**report["tasks"][n], "student": scores(n)} for n in distill}
+    report["average"] = dict(report["average"])
+    if distill:
+        report["average"]["student"] = average_score({n: best["tasks"][n] for n in distill},
+                                                     {n: tasks[n].metric_names for n in distill})
+    report["gold_tasks"] = {n: {"metric": tasks[n].metric_names[0], "student": scores(n)} for n in gold}
+    report["student"] = {"run": str(run_dir), "best_epoch": best["epoch"], "average_all_tasks": best["average"],
+                         "temperature": spec.temperature, "alpha": spec.alpha, "init": spec.init.model_dump()}
+    return report
+
+
+def render_report(report: dict, title: str) -> str:
+    if report["tasks"]:
+        return teachers.render_markdown(report, title)
+    lines = [f"# {title}", "", "| task | metric | student |", "|---|---|---|"]
+    lines += [f"| {n} (gold only) | {t['metric']} | {t['student']['score']:.4f} |"
+              for n, t in report["gold_tasks"].items()]
+    return "\n".join(lines) + "\n"
+
+
+# -------------------------------------------------------------------------------------------------- command
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from ..training.trainer import add_trainer_args
+
+    p = argparse.ArgumentParser(prog="python -m mtdnn.distill", description=__doc__.split("\n\n")[0])
+    p.add_argument("specs", nargs="+", metavar="SPEC",
+                   help="[TEACHERS_SPEC] STUDENT_SPEC: with both, the teachers are built (or resumed) first")
+    teachers.add_common_args(p)
+    p.add_argument("--output-dir", default=None, help="student run directory (overrides the spec's output_dir)")
+    p.add_argument("--overwrite", action="store_true", help="replace a student run directory holding a complete run")
+    add_trainer_args(p)
+    p.set_defaults(devices="1")
+    return p
+
+
+def check_covered(spec: StudentSpec, spec_path: str, teacher_tasks: list[str], where: object) -> None:
+    """A ``distill`` task without teachers (hence without soft targets) is an error (ConfigError)."""
+    uncovered = [n for n in spec.distill if n not in teacher_tasks]
+    if uncovered:
+        raise ConfigError(f"{spec_path}: field 'distill': task(s) {', '.join(uncovered)} have no soft targets ("
+                          f"teachers in {where} cover {', '.join(teacher_tasks)}); build teachers for them or list "
+                          "them under 'gold'")
+
+
+def student_tasks(spec: StudentSpec, spec_path: str, teacher_tasks: list[str] | None = None) -> dict[str, TaskDef]:
+    """The student's tasks (distill then gold), with ``loss_weights`` applied.
+
+    Raises:
+        ConfigError: an unknown task, a task without a train split, no dev split at all, or (with
+            ``teacher_tasks``) a distill task the teachers do not cover.
+    """
+    all_tasks = load_task_defs(spec.task_defs)
+    tasks = select_tasks(all_tasks, spec.distill + spec.gold, f"{spec_path}: fields 'distill'/'gold'")
+    for name, task in tasks.items():
+        if "train" not in task.splits:
+            raise ConfigError(f"{spec_path}: task '{name}' has no train split; it can be evaluated, not trained")
+    if not any("dev" in t.splits for t in tasks.values()):
+        raise ConfigError(f"{spec_path}: none of the tasks has a dev split to select the student on")
+    if teacher_tasks is not None:
+        check_covered(spec, spec_path, teacher_tasks, "the teacher spec")
+    return {n: t.model_copy(update={"loss_weight": spec.loss_weights[n]}) if n in spec.loss_weights else t
+            for n, t in tasks.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if len(args.specs) > 2:
+        parser.error("give one or two specs: [TEACHERS_SPEC] STUDENT_SPEC")
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    warnings.filterwarnings("ignore", ".*does not have many workers.*")
+    warnings.filterwarnings("ignore", ".*predefined batch sampler.*")
+
+    from ..tasks.data import check_files, resolve_data_dir
+    from ..training.trainer import check_trainer_flags
+
+    check_trainer_flags(args)  # a bad Lightning flag fails before any teacher or student run starts
+    # 1. Both specs, the student's tasks and (without a teacher spec) the teacher build they need, before anything
+    # is built.
+    student_path = args.specs[-1]
+    spec = load_spec(student_path, StudentSpec, "student")
+    teacher_spec = load_spec(args.specs[0], TeacherSpec, "teacher") if len(args.specs) == 2 else None
+    tasks = student_tasks(spec, student_path, teacher_spec.tasks if teacher_spec else None)
+    teacher_dir = Path(args.teachers_dir or spec.teachers) if args.teachers_dir or spec.teachers else None
+    if teacher_spec is not None:
+        teacher_dir = Path(args.teachers_dir or teacher_spec.output_dir)
+        if spec.teachers and Path(spec.teachers).resolve() != teacher_dir.resolve():
+            log.info("using the teachers of %s in %s (not %s)", args.specs[0], teacher_dir, spec.teachers)
+    elif spec.distill and teacher_dir is None:
+        raise ConfigError(f"{student_path}: field 'teachers': distill tasks need a teacher directory (set teachers, "
+                          "pass --teachers-dir, or give the teacher spec before the student spec)")
+    elif spec.distill:
+        check_covered(spec, student_path, list(read_manifest(teacher_dir)["tasks"]), teacher_dir)
+    data_dir = resolve_data_dir(args.data_dir)
+    for task in tasks.values():
+        check_files(task, [s for s in ("train", "dev") if s in task.splits], data_dir)
+
+    # 2. With a teacher spec, the teachers are built (or resumed) now.
+    if teacher_spec is not None:
+        try:
+            code, teacher_dir = teachers.build(teacher_spec, args.specs[0], data_dir, args.from_run, args.teachers_dir,
+                                               teachers.trainer_flags(args), args.accelerator, args.retrain_changed)
+        except KeyboardInterrupt:
+            code = 130
+        if code:
+            print("interrupted while building the teachers: rerun the same command to resume", file=sys.stderr)
+            return code
+    manifest = read_manifest(teacher_dir) if teacher_dir is not None and spec.distill else None
+    return train_student(spec, student_path, tasks, data_dir, teacher_dir, manifest, args)
+
+
+def train_student(spec: StudentSpec, spec_path: str, tasks: dict[str, TaskDef], data_dir: Path,
+                  teacher_dir: Path | None, manifest: dict | None, args: argparse.Namespace) -> int:
+    """Validate the soft targets, then train, export and report the student (see the module docstring)."""
+    import pytorch_lightning as pl
+
+    from ..tasks.data import tokenized_split
+    from ..modeling.model import load_encoder, load_tokenizer
+    from ..training.runs import CONFIG_FILE, prepare_run_dir, write_atomic, write_json_atomic
+    from ..training.trainer import copy_matching_heads, fit_and_export, is_global_zero
+
+    cfg = spec.train
+    # 1. The starting point and the soft targets, checked before the run directory is made.
+    mt_run = args.from_run or spec.from_run or (manifest or {}).get("from_run")
+    source, heads_from = resolve_init(spec, spec_path, mt_run, teacher_dir)
+    tokenizer = load_tokenizer(source)
+    truncated = None
+    if spec.init.layers:
+        truncated = select_layers(load_encoder(source), spec.init.layers, f"{spec_path}: field 'init.layers'")
+    soft_targets, teacher_report = {}, None
+    distill = list(spec.distill)
+    for name in distill:
+        ids = tokenized_split(tasks[name], "train", data_dir, tokenizer, cfg.max_length).ids
+        soft_targets[name] = (ids, teacher_outputs(teacher_dir, tasks[name], "train", data_dir, ids))
+    if distill:
+        teacher_report = teachers.summarize(teacher_dir, {n: tasks[n] for n in distill}, data_dir)
+    datamodule = DistillationDataModule(tasks, data_dir, tokenizer, soft_targets, batch_size=cfg.batch_size,
+                                        eval_batch_size=cfg.eval_batch_size, schedule=cfg.schedule,
+                                        temperature=cfg.sampling_temperature if cfg.schedule == "temperature" else 1.0,
+                                        seed=cfg.seed, limit_train_examples=cfg.limit_train_examples,
+                                        max_length=cfg.max_length, pad_to_multiple_of=cfg.pad_to_multiple_of,
+                                        num_workers=args.num_workers)
+    run_dir = Path(args.output_dir or spec.output_dir)
+    encoder = source
+    if is_global_zero():
+        datamodule.prepare_data()
+        prepare_run_dir(run_dir, args.overwrite)
+        config = {"command": "distill", "spec": str(spec_path), "student": spec.model_dump(mode="json"),
+                  "teachers": str(teacher_dir) if teacher_dir else None, "from_run": mt_run, "encoder": source,
+                  "data_dir": str(data_dir), "args": vars(args), "tasks": {n: t.to_plain() for n, t in tasks.items()}}
+        write_atomic(run_dir / CONFIG_FILE, yaml.safe_dump(config, sort_keys=False))
+        if truncated is not None:
+            truncated.save_pretrained(run_dir / INIT_ENCODER_DIR)
+            tokenizer.save_pretrained(run_dir / INIT_ENCODER_DIR)
+    if truncated is not None:
+        encoder = str((run_dir / INIT_ENCODER_DIR).resolve())
+
+    # 2. Train with the multi-task trainer: the Trainer set-up of mtdnn.train.main (best.ckpt by the dev average,
+    # last.ckpt every epoch, the fault and SIGTERM callbacks).
+    pl.seed_everything(cfg.seed, workers=True, verbose=False)
+    module = DistillationModule(encoder, {n: t.to_plain() for n, t in tasks.items()}, distill_tasks=distill,
+                                temperature=spec.temperature, alpha=spec.alpha, lr=cfg.lr,
+                                weight_decay=cfg.weight_decay, warmup_ratio=cfg.warmup_ratio)
+    if heads_from is not None:
+        copied = copy_matching_heads(module.model, heads_from, tasks)
+        log.info("student initialised from %s: encoder and heads of %s", heads_from, ", ".join(copied) or "no task")
+    if getattr(args, "compile", None):
+        module.model.encoder.compile(backend=args.compile)  # in place, as mtdnn.train does
+    code, summary = fit_and_export(module, datamodule, tasks, tokenizer, run_dir, args, max_epochs=cfg.max_epochs,
+                                   gradient_clip=cfg.gradient_clip, schedule=cfg.schedule, batch_size=cfg.batch_size,
+                                   source_encoder=source)
+    if summary is None:
+        return code
+    report = student_report(teacher_report, summary["best"], distill, spec.gold, tasks, run_dir, spec)
+    write_json_atomic(run_dir / REPORT_JSON, report)
+    markdown = render_report(report, f"Distillation: {run_dir} (T = {spec.temperature:g}, alpha = {spec.alpha:g})")
+    write_atomic(run_dir / REPORT_MD, markdown)
+    print(markdown)
+    print(f"run directory: {run_dir}")
+    return 0
+
+
+def cli() -> None:
+    """Console-script entry point (``mtdnn-distill``)."""
+    run_cli(main)
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,0 +1,408 @@
+"""Teacher ensembles and their cached outputs: ``python -m mtdnn.teachers TEACHERS_SPEC`` (MT-DNN-KD, stage 2a).
+
+MT-DNN-KD (Liu et al. 2019, arXiv 1904.09482): for each task, an ensemble of models fine-tuned from the multi-task
+model is the teacher, and its averaged class probabilities on the training set are the soft targets of one
+multi-task student (:mod:`mtdnn.distill`). Here, for every task of a teacher spec (``teachers/*.yaml``):
+
+1. each of M members is fine-tuned on that task alone from the multi-task run, as a normal
+   ``python -m mtdnn.train ... --init-from RUN`` run (best epoch on dev, the selection rule of every model);
+   members differ in seed and, optionally, dropout (``--dropout``: every dropout of encoder and head);
+2. each member runs once in inference mode over the task's train and dev splits; its float32 logits (regression:
+   predictions) are stored by example id as a ``datasets.Dataset`` with a fingerprint of the data, the tokenizer
+   and the member's exported weights, written atomically and reused while the fingerprint holds;
+3. the members' dev scores, the ensemble's dev score (averaged probabilities) and the members' pairwise
+   disagreement go to ``teachers.json`` and ``teachers.md``.
+
+An interrupted build resumes: members with a complete run directory are not trained again, and cached outputs are
+not recomputed. The teacher directory::
+
+    teachers.yaml                     the resolved spec: multi-task run, tasks, members, settings (the student reads it)
+    <task>/member-<k>/                a complete training run (config.yaml, checkpoints/, export/, metrics.json)
+    <task>/member-<k>.json            what member k was built from (settings, multi-task run, data), checked on reuse
+    <task>/logits/member-<k>-<split>/ datasets.Dataset: id (str), logits (float32, outputs) + fingerprint.json
+    teachers.json, teachers.md        dev scores of members and ensemble, pairwise disagreement
+
+Soft targets are not stored as probabilities: the student computes q = mean_m softmax(z_m / T) from the cached
+logits, so the temperature T stays a student setting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import logging
+import math
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+from . import soft_targets
+from ..errors import CheckpointError, ConfigError, run_cli
+from .soft_targets import MANIFEST_FILE, member_dir, read_manifest
+from .specs import TeacherSpec, load_spec
+from ..tasks.taskdef import TaskDef, load_task_defs, select_tasks
+
+log = logging.getLogger("mtdnn.teachers")
+
+SUMMARY_JSON, SUMMARY_MD = "teachers.json", "teachers.md"
+
+
+# --------------------------------------------------------------------------------------------------- scoring
+
+
+def score(task: TaskDef, outputs: torch.Tensor, labels: torch.Tensor) -> dict[str, float]:
+    """The task's dev metrics of ``outputs`` (logits or probabilities ``(n, classes)``, or scores ``(n,)``)."""
+    from ..modeling.metrics import build_metrics, compute_metrics, update_metrics
+
+    metrics = build_metrics(task)
+    update_metrics(metrics, task.type, outputs, labels, torch.ones(len(labels)))
+    return compute_metrics(metrics)
+
+
+def ensemble_outputs(task_type: str, outputs: torch.Tensor) -> torch.Tensor:
+    """The ensemble of ``outputs`` ``(n, members, outputs)``: averaged probabilities ``(n, classes)`` at T = 1,
+    or the mean prediction ``(n,)`` for regression."""
+    from ..modeling.losses import ensemble_prediction, ensemble_probabilities
+
+    return ensemble_prediction(outputs) if task_type == "regression" else ensemble_probabilities(outputs)
+
+
+def pairwise_disagreement(task_type: str, outputs: torch.Tensor) -> list[dict]:
+    """For each pair of members, the fraction of examples whose predicted class differs (regression: the mean
+    absolute difference of their predictions). ``outputs`` ``(n, members, outputs)``."""
+    members = outputs.shape[1]
+    pairs = []
+    for i in range(members):
+        for j in range(i + 1, members):
+            if task_type == "regression":
+                value = (outputs[:, i, 0] - outputs[:, j, 0]).abs().mean()
+            else:
+                value = (outputs[:, i].argmax(-1) != outputs[:, j].argmax(-1)).float().mean()
+            pairs.append({"members": [i + 1, j + 1], "value": float(value)})
+    return pairs
+
+
+def _mean_std(values: list[float]) -> tuple[float, float]:
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def summarize(teacher_dir: Path, tasks: dict[str, TaskDef], data_dir: Path) -> dict:
+    """Per task: each member's dev scores (its run's ``metrics.json``, best epoch), their mean and sample standard
+    deviation, the ensemble's dev scores (probabilities averaged over members) and the pairwise disagreement;
+    and the same averaged over tasks (each task's first metric).
+
+    Raises:
+        CheckpointError: a member run is incomplete or its cached dev outputs are missing or stale.
+    """
+    from ..tasks.data import load_split
+    from ..modeling.metrics import average_score
+    from ..training.runs import complete_run
+
+    manifest = read_manifest(teacher_dir)
+    report: dict[str, Any] = {"teachers": str(teacher_dir), "from_run": manifest["from_run"], "tasks": {}}
+    per_member: dict[int, dict] = {}
+    ensemble_scores: dict[str, dict] = {}
+    for name, task in tasks.items():
+        metric = task.metric_names[0]
+        members = []
+        for member in manifest["tasks"][name]["members"]:
+            k = member["member"]
+            dev = complete_run(member_dir(teacher_dir, name, k))["best"]["tasks"][name]
+            members.append({**member, "dev": dev, "score": dev[metric]})
+            per_member.setdefault(k, {})[name] = dev
+        raw = load_split(task, "dev", data_dir)
+        ids = [ex.id for ex in raw.examples]
+        outputs = torch.from_numpy(soft_targets.teacher_outputs(teacher_dir, task, "dev", data_dir, ids))
+        labels = torch.tensor([ex.label for ex in raw.examples],
+                              dtype=torch.float32 if task.type == "regression" else torch.long)
+        ensemble = score(task, ensemble_outputs(task.type, outputs), labels)
+        ensemble_scores[name] = ensemble
+        mean, std = _mean_std([m["score"] for m in members])
+        pairs = pairwise_disagreement(task.type, outputs)
+        if pairs and all(p["value"] == 0 for p in pairs):
+            log.warning("task '%s': the %d members make identical dev predictions; vary their seeds or dropout",
+                        name, len(members))
+        measure = ("mean absolute difference of predictions" if task.type == "regression"
+                   else "fraction of examples with a different predicted class")
+        report["tasks"][name] = {"metric": metric, "members": members, "mean": mean, "std": std,
+                                 "ensemble": {"dev": ensemble, "score": ensemble[metric]},
+                                 "disagreement": {"measure": measure, "pairs": pairs}}
+    names = {n: t.metric_names for n, t in tasks.items()}
+    member_averages = [average_score(scores, names) for _, scores in sorted(per_member.items())]
+    mean, std = _mean_std(member_averages)
+    report["average"] = {"members": member_averages, "mean": mean, "std": std,
+                         "ensemble": average_score(ensemble_scores, names)}
+    return report
+
+
+def render_markdown(report: dict, title: str) -> str:
+    """A Markdown table of a :func:`summarize` report (with a ``student`` column when the report has one)."""
+    tasks = report["tasks"]
+    members = max(len(t["members"]) for t in tasks.values())
+    has_student = "student" in report["average"]
+    head = (["task", "metric"] + [f"member {k}" for k in range(1, members + 1)] + ["mean ± sd", "ensemble"]
+            + (["student"] if has_student else []))
+    lines = [f"# {title}", "", "Dev scores (each task's first metric; the average is over tasks). Members: best "
+             "epoch of each member's run; ensemble: class probabilities (regression: predictions) averaged over "
+             "members; sd: sample standard deviation over members.", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    fmt = lambda v: "nan" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.4f}"  # noqa: E731
+    for name, t in tasks.items():
+        row = [name, t["metric"]] + [fmt(m["score"]) for m in t["members"]] + [""] * (members - len(t["members"]))
+        row += [f"{fmt(t['mean'])} ± {fmt(t['std'])}", fmt(t["ensemble"]["score"])]
+        row += [fmt(t["student"]["score"])] if has_student else []
+        lines.append("| " + " | ".join(row) + " |")
+    avg = report["average"]
+    row = ["**average**", ""] + [fmt(v) for v in avg["members"]] + [f"{fmt(avg['mean'])} ± {fmt(avg['std'])}",
+                                                                     fmt(avg["ensemble"])]
+    row += [fmt(avg["student"])] if has_student else []
+    lines.append("| " + " | ".join(row) + " |")
+    for name, t in report.get("gold_tasks", {}).items():
+        lines.append("| " + " | ".join([f"{name} (gold only)", t["metric"]] + [""] * (members + 2)
+                                       + [fmt(t["student"]["score"])]) + " |")
+    lines += ["", "Pairwise disagreement of the members on dev (classification: fraction of examples with a "
+              "different predicted class; regression: mean absolute difference of the predictions).", ""]
+    pairs = [f"{a}-{b}" for a in range(1, members + 1) for b in range(a + 1, members + 1)]
+    lines += ["| task | " + " | ".join(pairs) + " |", "|" + "---|" * (len(pairs) + 1)]
+    for name, t in tasks.items():
+        values = {f"{p['members'][0]}-{p['members'][1]}": fmt(p["value"]) for p in t["disagreement"]["pairs"]}
+        lines.append(f"| {name} | " + " | ".join(values.get(p, "") for p in pairs) + " |")
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------------------------- the build
+
+def multitask_export(run: str | Path, where: str) -> Path:
+    """The export of a complete multi-task run (or an export directory itself).
+
+    Raises:
+        CheckpointError: prefixed with ``where`` (the spec file and field): no such run, an unfinished run, or
+            no export.
+    """
+    from ..training.export import is_export_dir, resolve_export
+    from ..training.runs import complete_run
+
+    try:
+        if not is_export_dir(run):
+            complete_run(run)  # says whether the run is missing or unfinished
+        return resolve_export(run)
+    except CheckpointError as err:
+        raise CheckpointError(f"{where}: {err}") from None
+
+
+def pretrained_encoder(run: Path) -> str:
+    """The encoder a training run started from (its ``config.yaml``), else its export's source encoder."""
+    from ..training.export import EXPORT_META, resolve_export
+    from ..training.runs import CONFIG_FILE
+
+    config = Path(run) / CONFIG_FILE
+    if config.is_file():
+        encoder = (yaml.safe_load(config.read_text(encoding="utf-8")) or {}).get("encoder")
+        if encoder:
+            return str(encoder)
+    meta = json.loads((resolve_export(run) / EXPORT_META).read_text(encoding="utf-8"))
+    return str(meta["source_encoder"])
+
+
+def _inference_device(accelerator: str) -> str:
+    return "cuda" if accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available() else "cpu"
+
+
+def _first_difference(stored: dict, wanted: dict, prefix: str = "") -> str | None:
+    for key in sorted(set(stored) | set(wanted)):
+        a, b = stored.get(key), wanted.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            found = _first_difference(a, b, f"{prefix}{key}.")
+            if found:
+                return found
+        elif a != b:
+            return f"field '{prefix}{key}': built with {a!r}, now {b!r}"
+    return None
+
+
+def trainer_flags(args: argparse.Namespace) -> list[str]:
+    """The Lightning trainer flags of ``args`` (see :func:`mtdnn.train.add_trainer_args`), to pass on."""
+    names = ("accelerator", "devices", "strategy", "num_nodes", "precision", "num_workers")
+    flags = [part for n in names for part in (f"--{n.replace('_', '-')}", str(getattr(args, n)))]
+    return flags + (["--compile", args.compile] if getattr(args, "compile", None) else [])
+
+
+def teacher_tasks(spec: TeacherSpec, spec_path: str) -> dict[str, TaskDef]:
+    """The spec's tasks from its task definitions (the counterpart of :func:`mtdnn.distill.student_tasks`).
+
+    Raises:
+        ConfigError: an unknown task, or a task without a train or dev split (members are fine-tuned on train and
+            selected on dev).
+    """
+    tasks = select_tasks(load_task_defs(spec.task_defs), spec.tasks, f"{spec_path}: field 'tasks'")
+    for name, task in tasks.items():
+        missing = [s for s in ("train", "dev") if s not in task.splits]
+        if missing:
+            raise ConfigError(f"{spec_path}: field 'tasks': task '{name}' has no {' or '.join(missing)} split "
+                              "(members are fine-tuned on train and selected on dev)")
+    return tasks
+
+
+def build(spec: TeacherSpec, spec_path: str, data_dir: Path, from_run: str | None = None,
+          output_dir: str | None = None, flags: list[str] | None = None, accelerator: str = "auto",
+          retrain_changed: bool = False) -> tuple[int, Path]:
+    """Build (or resume) the teacher ensembles of ``spec``; see the module docstring.
+
+    Args:
+        from_run: overrides ``spec.from_run``. output_dir: overrides ``spec.output_dir``.
+        flags: Lightning trainer flags for the members' training runs.
+        retrain_changed: retrain complete members whose settings, multi-task run or data changed (else an error).
+
+    Returns:
+        ``(exit code, teacher directory)``: 0, or the exit code of an interrupted member's training (130, 143).
+
+    Raises:
+        ConfigError, DataError, CheckpointError: bad spec, data or multi-task run, or complete members built
+            differently (without ``retrain_changed``); nothing is written before these checks pass.
+    """
+    from ..training import trainer as train
+    from ..tasks.data import check_files, tokenizer_fingerprint
+    from ..modeling.model import load_tokenizer
+    from ..training.runs import read_metrics, write_atomic, write_json_atomic
+
+    # 1. Validate everything before writing anything.
+    tasks = teacher_tasks(spec, spec_path)
+    run = from_run or spec.from_run
+    if not run:
+        raise ConfigError(f"{spec_path}: field 'from_run': no multi-task run given (set it or pass --from-run)")
+    run_path = Path(run).resolve()
+    mt_export = multitask_export(run_path, f"{spec_path}: field 'from_run'" if not from_run else "--from-run")
+    encoder = pretrained_encoder(run_path)
+    teacher_dir = Path(output_dir or spec.output_dir)
+    if run_path.is_relative_to(teacher_dir.resolve()):
+        raise ConfigError(f"{spec_path}: field 'from_run': {run} is inside the teacher directory {teacher_dir}")
+    for task in tasks.values():
+        check_files(task, ["train", "dev"], data_dir)
+    data = {n: {s: soft_targets.data_fingerprint(t, s, data_dir)["digest"] for s in ("train", "dev")}
+            for n, t in tasks.items()}
+    mt_digest = soft_targets.export_digest(mt_export)
+    plan = []
+    for name, task in tasks.items():
+        for k, (seed, dropout) in enumerate(zip(spec.seeds, spec.dropouts), start=1):
+            settings = {"task": name, "member": k, "seed": seed, "dropout": dropout, "from_run": str(run_path),
+                        "from_run_export": mt_digest, "finetune": spec.finetune.model_dump(), "data": data[name]}
+            run_dir = member_dir(teacher_dir, name, k)
+            sidecar = run_dir.with_name(f"member-{k}.json")
+            retrain = False
+            if read_metrics(run_dir) is not None:
+                stored = json.loads(sidecar.read_text(encoding="utf-8")) if sidecar.is_file() else {}
+                # the multi-task run is compared by its export's digest, so that a moved directory still matches
+                difference = _first_difference({key: v for key, v in stored.items() if key != "from_run"},
+                                               {key: v for key, v in settings.items() if key != "from_run"})
+                if difference and not retrain_changed:
+                    raise CheckpointError(f"{sidecar}: teacher member {k} of task '{name}' is complete but was built "
+                                          f"differently ({difference}); pass --retrain-changed to retrain it, or "
+                                          "choose another teacher directory")
+                retrain = bool(difference)
+            plan.append((task, k, seed, dropout, settings, run_dir, sidecar, retrain))
+
+    # 2. The resolved spec, then each member: train (unless complete), then cache its outputs.
+    manifest = {"spec": str(spec_path), "task_defs": str(Path(spec.task_defs).resolve()), "from_run": str(run_path),
+                "encoder": encoder, "data_dir": str(data_dir), "finetune": spec.finetune.model_dump(),
+                "tasks": {n: {"members": [{"member": k, "seed": s, "dropout": d}
+                                          for k, (s, d) in enumerate(zip(spec.seeds, spec.dropouts), start=1)]}
+                          for n in tasks}}
+    write_atomic(teacher_dir / MANIFEST_FILE, yaml.safe_dump(manifest, sort_keys=False))
+    device = _inference_device(accelerator)
+    for task, k, seed, dropout, settings, run_dir, sidecar, retrain in plan:
+        if read_metrics(run_dir) is None or retrain:
+            write_json_atomic(sidecar, settings)
+            log.info("teacher %s member %d: fine-tuning from %s (seed %d, dropout %s)", task.name, k, run_path, seed,
+                     "as defined" if dropout is None else dropout)
+            code = train.main([spec.task_defs, "--tasks", task.name, "--data-dir", str(data_dir), "--encoder", encoder,
+                               "--init-from", str(run_path), "--output-dir", str(run_dir), "--seed", str(seed),
+                               *([] if dropout is None else ["--dropout", str(dropout)]),
+                               *spec.finetune.train_flags(), *(flags or []), *(["--overwrite"] if retrain else [])])
+            gc.collect()  # the member's Trainer and model, before the next one is built
+            if code:
+                return code, teacher_dir
+        else:
+            log.info("teacher %s member %d: complete, reused (%s)", task.name, k, run_dir)
+        export = run_dir / "export"
+        member_fp = {"version": soft_targets.CACHE_VERSION, "member_export": soft_targets.export_digest(export),
+                     "tokenizer": tokenizer_fingerprint(load_tokenizer(str(export / "encoder"))),
+                     "max_length": spec.finetune.max_length}
+        for split in ("train", "dev"):
+            path = soft_targets.logits_dir(teacher_dir, task.name, k, split)
+            wanted = {**member_fp, "data": data[task.name][split]}
+            stored = soft_targets.read_fingerprint(path)
+            if stored is not None and all(stored.get(key) == v for key, v in wanted.items()):
+                continue  # cached outputs of this member on this data: reused
+            log.info("teacher %s member %d: outputs on %s", task.name, k, split)
+            ids, outputs = soft_targets.member_outputs(export, task.name, split, data_dir,
+                                                       spec.finetune.eval_batch_size, spec.finetune.max_length, device)
+            soft_targets.write_outputs(path, ids, outputs, {**wanted, "task": task.name, "split": split, "member": k,
+                                                            "count": len(ids)})
+
+    # 3. Members' and ensemble's dev scores, disagreement.
+    report = summarize(teacher_dir, tasks, data_dir)
+    write_json_atomic(teacher_dir / SUMMARY_JSON, report)
+    write_atomic(teacher_dir / SUMMARY_MD, render_markdown(report, f"Teachers: {teacher_dir}"))
+    return 0, teacher_dir
+
+
+# ----------------------------------------------------------------------------------------------------- command
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from ..training.trainer import add_trainer_args
+
+    p = argparse.ArgumentParser(prog="python -m mtdnn.teachers",
+                                description="Fine-tune per-task teacher ensembles from a multi-task run and cache "
+                                            "their outputs (MT-DNN-KD).")
+    p.add_argument("spec", help="teacher spec YAML (e.g. teachers/glue.yaml)")
+    add_common_args(p)
+    add_trainer_args(p)
+    p.set_defaults(devices="1")
+    return p
+
+
+def add_common_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--from-run", default=None, help="the multi-task run the members start from (overrides from_run)")
+    p.add_argument("--data-dir", default=None,
+                   help="data root for the task files (default: $MTDNN_DATA_DIR, else ../shared/data)")
+    p.add_argument("--teachers-dir", default=None, help="teacher directory (overrides the spec's output_dir)")
+    p.add_argument("--retrain-changed", action="store_true",
+                   help="retrain complete members whose settings, multi-task run or data changed (default: error)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    from ..tasks.data import resolve_data_dir
+
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    from ..training.trainer import check_trainer_flags
+
+    spec = load_spec(args.spec, TeacherSpec, "teacher")
+    check_trainer_flags(args)  # a bad Lightning flag fails here, not in the first member's run
+    try:
+        code, teacher_dir = build(spec, args.spec, resolve_data_dir(args.data_dir), args.from_run, args.teachers_dir,
+                                  trainer_flags(args), args.accelerator, args.retrain_changed)
+    except KeyboardInterrupt:
+        code, teacher_dir = 130, Path(args.teachers_dir or spec.output_dir)
+    if code:
+        print(f"interrupted: rerun the same command to resume (complete members in {teacher_dir} are kept)",
+              file=sys.stderr)
+        return code
+    print((teacher_dir / SUMMARY_MD).read_text(encoding="utf-8"))
+    print(f"teacher directory: {teacher_dir}")
+    return 0
+
+
+def cli() -> None:
+    """Console-script entry point (``mtdnn-teachers``)."""
+    run_cli(main)
+
+
+if __name__ == "__main__":
+    cli()

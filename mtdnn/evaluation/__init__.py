@@ -1,0 +1,2 @@
+"""Evaluate, predict and few-shot transfer. Imports :mod:`mtdnn.training` and below.
+"""

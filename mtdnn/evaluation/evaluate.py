@@ -1,0 +1,135 @@
+"""``python -m mtdnn.evaluate MODEL``: score a trained run or export on labelled splits, with training's metrics.
+
+Example::
+
+    python -m mtdnn.evaluate runs/<run> --tasks rte,mrpc --split dev --data-dir ../shared/data
+
+``MODEL`` is a complete run directory (its best checkpoint, or ``--checkpoint``) or an export directory.
+Batches are formed as in training's validation (see :mod:`mtdnn.training.inference`), so the best checkpoint's dev
+scores equal those in the run's ``metrics.json``. Prints a table and writes JSON (default
+``MODEL/eval-<split>.json``) with the same ``tasks`` and ``average`` fields as ``metrics.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from ..errors import ConfigError, DataError, run_cli
+from ..training.trainer import positive_int, task_list
+
+log = logging.getLogger("mtdnn.evaluate")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m mtdnn.evaluate", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("model", help="a complete run directory or an export directory")
+    p.add_argument("--tasks", type=task_list, default=None,
+                   help="comma-separated tasks (default: every task of the model that has the split)")
+    p.add_argument("--split", default="dev", help="a labelled split of the task definitions")
+    p.add_argument("--checkpoint", default=None,
+                   help="a checkpoint of the run instead of its best (a path, or relative to the run directory)")
+    p.add_argument("--data-dir", default=None,
+                   help="data root (default: the run's, else $MTDNN_DATA_DIR, else ../shared/data)")
+    p.add_argument("--output", default=None,
+                   help="JSON file to write (default: MODEL/eval-<split>[-<checkpoint>].json)")
+    p.add_argument("--batch-size", type=positive_int, default=None,
+                   help="examples per batch (default: the run's --eval-batch-size, 64)")
+    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... or auto (cuda when available)")
+    return p
+
+
+def evaluation_splits(loaded, names: list[str] | None, split: str, data_dir: Path) -> dict:
+    """Tokenized, labelled ``split`` of each task, checked before anything is scored.
+
+    Raises:
+        ConfigError: a task the model was not trained on.
+        DataError: a task without the split, no task with it, or a split without labels.
+    """
+    from ..tasks.data import tokenized_split
+
+    if names is None:
+        names = [n for n, t in loaded.tasks.items() if split in t.splits]
+        if not names:
+            raise DataError(f"{loaded.model_dir}: none of its tasks ({', '.join(loaded.tasks)}) has a split '{split}'")
+    splits = {}
+    for name in names:
+        task = loaded.task(name)
+        tokenized = tokenized_split(task, split, data_dir, loaded.tokenizer, loaded.max_length)
+        if tokenized.labels is None:
+            spec = task.splits[split]
+            source = data_dir / spec.path if spec.path else f"split '{split}'"
+            raise DataError(f"{source}: task '{name}', split '{split}' has no labels (no column '{task.label}'); "
+                            "evaluate needs a labelled split, use python -m mtdnn.predict for unlabelled ones")
+        splits[name] = tokenized
+    return splits
+
+
+def check_output_path(output: str | None) -> None:
+    """Refuse an ``--output`` that cannot become a JSON file, before any model is loaded or scored.
+
+    Raises:
+        ConfigError: the path is an existing directory, or its parent is not an existing directory.
+    """
+    if output is None:
+        return
+    path = Path(output)
+    if path.is_dir():
+        raise ConfigError(f"--output {output}: is a directory; give the JSON file to write, e.g. {path / 'eval.json'}")
+    if not path.parent.is_dir():
+        raise ConfigError(f"--output {output}: directory {path.parent} does not exist")
+
+
+def format_table(scores: dict[str, dict[str, float]], examples: dict[str, int], split: str, average: float) -> str:
+    """A plain-text table: one row per task with its metrics, then the average of the first metrics."""
+    lines = [f"{'task':<12} {'split':<8} {'examples':>8}  metrics"]
+    for name, task_scores in scores.items():
+        shown = "  ".join(f"{metric} {value:.4f}" for metric, value in task_scores.items())
+        lines.append(f"{name:<12} {split:<8} {examples[name]:>8}  {shown}")
+    lines.append(f"average (first metric of each task): {average:.4f}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+
+    from ..training.inference import load_model, predict_outputs, resolve_device
+    from ..modeling.metrics import average_score, build_metrics, compute_metrics
+    from ..training.runs import write_json_atomic
+
+    check_output_path(args.output)
+    loaded = load_model(args.model, args.checkpoint)
+    data_dir = loaded.resolve_data_dir(args.data_dir)
+    splits = evaluation_splits(loaded, args.tasks, args.split, data_dir)
+    device = resolve_device(args.device)
+    model = loaded.model.to(device)
+    pad_id = loaded.tokenizer.pad_token_id or 0
+    scores, examples = {}, {}
+    for name, split in splits.items():
+        task = loaded.tasks[name]
+        metrics = build_metrics(task).to(device)
+        predict_outputs(model, task, split, pad_id, args.batch_size or loaded.eval_batch_size,
+                        loaded.pad_to_multiple_of, metrics=metrics, device=device)
+        scores[name], examples[name] = compute_metrics(metrics), len(split)
+    average = average_score(scores, {n: loaded.tasks[n].metric_names for n in scores})
+
+    suffix = f"-{Path(args.checkpoint).stem}" if args.checkpoint else ""
+    output = Path(args.output) if args.output else loaded.model_dir / f"eval-{args.split}{suffix}.json"
+    write_json_atomic(output, {"model": str(loaded.model_dir), "checkpoint": loaded.source, "split": args.split,
+                               "data_dir": str(data_dir), "tasks": scores, "examples": examples, "average": average})
+    print(format_table(scores, examples, args.split, average))
+    print(f"written: {output}", file=sys.stderr)
+    return 0
+
+
+def cli() -> None:
+    """Console-script entry point (``mtdnn-evaluate``)."""
+    run_cli(main)
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,0 +1,239 @@
+"""``python -m mtdnn.predict MODEL --task T``: predictions on a split, on raw text, or on a file or stdin.
+
+Examples::
+
+    python -m mtdnn.predict runs/<run> --task rte --split test --output preds/      # GLUE submission preds/RTE.tsv
+    python -m mtdnn.predict runs/<run> --task mrpc --text "The cat sat." "A cat was sitting."
+    echo -e "premise\\thypothesis" | python -m mtdnn.predict runs/<run> --task rte --input -
+    python -m mtdnn.predict runs/<run>/export --task rte --input pairs.jsonl --format jsonl --output rte.jsonl
+
+``MODEL`` is a complete run directory (its best checkpoint, or ``--checkpoint``) or an export directory.
+Raw input (``--input FILE`` or ``-`` for stdin) holds one example per line, without a header: tab-separated
+fields in the order of the task's ``text`` columns (then its ``candidates`` columns for ranking tasks), or
+JSON objects keyed by those column names. Blank lines are skipped.
+
+Output (``--format``): ``tsv`` (``id``, ``prediction``: the label name, the score for regression or the
+candidate index for ranking, ``probability`` of the prediction and ``prob_<label>`` columns), ``jsonl`` (the
+same fields, ``probabilities`` as an object), or ``glue``: the GLUE leaderboard's submission file
+(``index``, ``prediction``; named after the task's ``glue_name``, e.g. ``RTE.tsv``, ``STS-B.tsv``), the default
+for the ``test`` split of a GLUE task. ``--output`` is a file, or a directory (ending in ``/`` or existing)
+that receives ``<glue_name>.tsv`` or ``<task>-<split>.<format>``; by default predictions go to stdout. Files
+are written atomically once every prediction is made, so a failure never leaves a partial file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+from ..tasks.data import Example
+from ..errors import ConfigError, DataError, run_cli
+from ..tasks.taskdef import TaskDef
+from ..training.trainer import positive_int
+
+log = logging.getLogger("mtdnn.predict")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m mtdnn.predict", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog=__doc__.split("\n\n", 2)[2])
+    p.add_argument("model", help="a complete run directory or an export directory")
+    p.add_argument("--task", default=None, help="the task to predict (default: the model's only task)")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--split", help="a split of the task definition, read from the data root (e.g. test)")
+    source.add_argument("--text", nargs="+", metavar="TEXT", help="one example: one text, or a pair")
+    source.add_argument("--input", metavar="FILE", help="tsv or jsonl examples, one per line; - reads stdin")
+    p.add_argument("--input-format", choices=["auto", "tsv", "jsonl"], default="auto",
+                   help="auto: jsonl for *.jsonl files or lines starting with '{', else tsv")
+    p.add_argument("--format", choices=["tsv", "jsonl", "glue"], default=None,
+                   help="output format (default: glue for the test split of a GLUE task, else tsv)")
+    p.add_argument("--output", default=None, help="output file or directory (default: stdout)")
+    p.add_argument("--checkpoint", default=None,
+                   help="a checkpoint of the run instead of its best (a path, or relative to the run directory)")
+    p.add_argument("--data-dir", default=None,
+                   help="data root for --split (default: the run's, else $MTDNN_DATA_DIR, else ../shared/data)")
+    p.add_argument("--batch-size", type=positive_int, default=None,
+                   help="examples per batch (default: the run's --eval-batch-size, 64)")
+    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... or auto (cuda when available)")
+    return p
+
+
+# ------------------------------------------------------------------------------------------------------ input
+
+
+def input_columns(task: TaskDef) -> list[str]:
+    """The fields of one raw example, in order: the ``text`` columns, then ``candidates`` (ranking)."""
+    return list(task.text) + list(task.candidates or [])
+
+
+def make_example(task: TaskDef, fields: list[str], example_id: str, line: int) -> Example:
+    """An unlabelled :class:`~mtdnn.tasks.data.Example` from fields in :func:`input_columns` order."""
+    if task.type == "ranking":
+        k = len(task.text)
+        return Example(id=example_id, line=line, text_a=" ".join(fields[:k]), candidates=list(fields[k:]))
+    return Example(id=example_id, line=line, text_a=fields[0], text_b=fields[1] if len(fields) > 1 else None)
+
+
+def parse_lines(lines: list[str], source: str, task: TaskDef, fmt: str) -> list[Example]:
+    """Examples from raw ``tsv`` or ``jsonl`` lines; ids are 0-based row numbers (or a JSON ``id``).
+
+    Raises:
+        DataError: naming ``source`` and the 1-based line: a wrong number of fields, invalid JSON, a missing
+            column, or no example at all.
+    """
+    columns = input_columns(task)
+    examples = []
+    for number, line in enumerate(lines, start=1):
+        line = line.rstrip("\r\n")
+        if not line.strip():
+            continue
+        where = f"{source}: line {number}: task '{task.name}'"
+        if fmt == "tsv":
+            fields = line.split("\t")
+            if len(fields) != len(columns):
+                raise DataError(f"{where}: expected {len(columns)} tab-separated field(s) ({', '.join(columns)}), "
+                                f"found {len(fields)}")
+            example_id = str(len(examples))
+        else:
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise DataError(f"{where}: not valid JSON ({err.msg})") from None
+            if not isinstance(obj, dict):
+                raise DataError(f"{where}: expected a JSON object with keys {', '.join(columns)}")
+            missing = [c for c in columns if c not in obj]
+            if missing:
+                raise DataError(f"{where}: field '{missing[0]}' is missing (expected keys: {', '.join(columns)})")
+            fields = ["" if obj[c] is None else str(obj[c]) for c in columns]
+            example_id = str(obj["id"]) if "id" in obj else str(len(examples))
+        examples.append(make_example(task, fields, example_id, number))
+    if not examples:
+        raise DataError(f"{source}: no examples (the input is empty); expected one per line: "
+                        f"{', '.join(columns)}")
+    return examples
+
+
+def read_input(name: str, fmt: str, task: TaskDef) -> list[Example]:
+    """Examples from a file, or from stdin when ``name`` is ``-`` (see :func:`parse_lines`).
+
+    Raises:
+        DataError: the file cannot be read or is not UTF-8, or see :func:`parse_lines`.
+    """
+    source = "<stdin>" if name == "-" else name
+    try:
+        text = sys.stdin.read() if name == "-" else Path(name).read_text(encoding="utf-8-sig")
+    except OSError as err:
+        raise DataError(f"{source}: cannot read the input ({err.strerror})") from None
+    except UnicodeDecodeError as err:
+        raise DataError(f"{source}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+    lines = text.splitlines()
+    if fmt == "auto":
+        first = next((ln.lstrip() for ln in lines if ln.strip()), "")
+        fmt = "jsonl" if name.endswith(".jsonl") or first.startswith("{") else "tsv"
+    return parse_lines(lines, source, task, fmt)
+
+
+def text_example(texts: list[str], task: TaskDef) -> list[Example]:
+    """The single example given with ``--text``.
+
+    Raises:
+        DataError: the number of texts does not match the task's input columns.
+    """
+    columns = input_columns(task)
+    if len(texts) != len(columns):
+        raise DataError(f"--text: task '{task.name}' takes {len(columns)} text(s) ({', '.join(columns)}), "
+                        f"got {len(texts)}")
+    return [make_example(task, list(texts), "0", 1)]
+
+
+# ------------------------------------------------------------------------------------------------------ output
+
+
+def format_predictions(task: TaskDef, ids: list[str], predictions: list[dict], fmt: str) -> str:
+    """The output file's text: ``tsv``, ``jsonl`` or ``glue`` (see the module docstring)."""
+    if fmt == "glue":
+        shown = [f"{p['prediction']:.3f}" if task.type == "regression" else str(p["prediction"]) for p in predictions]
+        return "index\tprediction\n" + "".join(f"{i}\t{s}\n" for i, s in zip(ids, shown))
+    rows = []
+    for i, p in zip(ids, predictions):
+        row = {"id": i, "prediction": round(p["prediction"], 6) if task.type == "regression" else p["prediction"]}
+        if "probabilities" in p:
+            row["probability"] = round(p["probability"], 6)
+            row["probabilities"] = {k: round(v, 6) for k, v in p["probabilities"].items()}
+        rows.append(row)
+    if fmt == "jsonl":
+        return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+    names = list(rows[0].get("probabilities", {}))
+    header = ["id", "prediction"] + (["probability"] + [f"prob_{n}" for n in names] if names else [])
+    lines = ["\t".join(header)]
+    for r in rows:
+        values = [r["id"], r["prediction"]] + ([r["probability"]] + list(r["probabilities"].values()) if names else [])
+        lines.append("\t".join(str(v) for v in values))
+    return "\n".join(lines) + "\n"
+
+
+def output_path(output: str | None, task: TaskDef, split: str, fmt: str) -> Path | None:
+    """The file to write: ``output`` itself, or a file named for the task inside a directory; None: stdout."""
+    if output is None:
+        return None
+    path = Path(output)
+    if not (output.endswith(("/", "\\")) or path.is_dir()):
+        return path
+    if fmt == "glue":
+        return path / f"{task.glue_name}.tsv"
+    return path / f"{task.name}-{split}.{fmt}"
+
+
+# ------------------------------------------------------------------------------------------------------ command
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+
+    from ..tasks.data import tokenize_examples, tokenized_split
+    from ..training.inference import decode, load_model, predict_outputs, resolve_device
+    from ..training.runs import write_atomic
+
+    loaded = load_model(args.model, args.checkpoint)
+    if args.task is None and len(loaded.tasks) > 1:
+        raise ConfigError(f"--task: {loaded.model_dir} has several tasks ({', '.join(loaded.tasks)}); name one")
+    task = loaded.task(args.task or next(iter(loaded.tasks)))
+    fmt = args.format or ("glue" if args.split == "test" and task.glue_name else "tsv")
+    if fmt == "glue" and (args.split is None or not task.glue_name):
+        raise ConfigError(f"--format glue: needs --split and a task with a glue_name (task '{task.name}' "
+                          f"{'has glue_name ' + task.glue_name if task.glue_name else 'has none'})")
+
+    if args.split is not None:
+        split_name = args.split
+        split = tokenized_split(task, args.split, loaded.resolve_data_dir(args.data_dir), loaded.tokenizer,
+                                loaded.max_length)
+    else:
+        split_name = "input"
+        examples = text_example(args.text, task) if args.text else read_input(args.input, args.input_format, task)
+        split = tokenize_examples(examples, task, loaded.tokenizer, loaded.max_length)
+
+    device = resolve_device(args.device)
+    outputs = predict_outputs(loaded.model.to(device), task, split, loaded.tokenizer.pad_token_id or 0,
+                              args.batch_size or loaded.eval_batch_size, loaded.pad_to_multiple_of, device=device)
+    text = format_predictions(task, split.ids, decode(task, outputs), fmt)
+    path = output_path(args.output, task, split_name, fmt)
+    if path is None:
+        sys.stdout.write(text)
+    else:
+        write_atomic(path, text)
+        print(f"{len(split)} predictions ({fmt}) written: {path}", file=sys.stderr)
+    return 0
+
+
+def cli() -> None:
+    """Console-script entry point (``mtdnn-predict``)."""
+    run_cli(main)
+
+
+if __name__ == "__main__":
+    cli()

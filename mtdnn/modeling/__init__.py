@@ -1,0 +1,2 @@
+"""The shared encoder and its per-task heads, losses and metrics. Imports :mod:`mtdnn.tasks` and below.
+"""

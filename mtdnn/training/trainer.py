@@ -1,0 +1,464 @@
+"""``python -m mtdnn.train TASK_DEFS``: multi-task training of one shared encoder (MT-DNN Algorithm 1).
+
+Example::
+
+    python -m mtdnn.train task_defs/glue.yaml --data-dir ../shared/data --tasks rte,mrpc,stsb,cola
+
+writes a run directory (see :mod:`mtdnn.training.runs`) with the resolved config, checkpoints, logs, ``schedule.json``,
+the export of the best epoch's model and, last, ``metrics.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import warnings
+from collections import Counter
+from pathlib import Path
+
+import yaml
+
+from ..errors import ConfigError, run_cli
+from ..tasks.taskdef import TaskDef, load_task_defs, select_tasks
+
+log = logging.getLogger("mtdnn.train")
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer (got {text})")
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive (got {text})")
+    return value
+
+
+def task_list(text: str) -> list[str]:
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("give at least one task name, comma-separated")
+    return names
+
+
+def add_trainer_args(parser: argparse.ArgumentParser) -> None:
+    """Lightning Trainer options shared by the training commands (engineering, not research)."""
+    g = parser.add_argument_group("Lightning trainer")
+    g.add_argument("--accelerator", default="auto", help="cpu, gpu, cuda, mps or auto")
+    g.add_argument("--devices", default="auto", help="number of devices, a list like 0,1, or auto")
+    g.add_argument("--strategy", default="auto",
+                   help="auto, ddp (mapped to DDP with find_unused_parameters=True: each step leaves other "
+                        "tasks' heads unused), ddp_spawn, ...")
+    g.add_argument("--num-nodes", type=positive_int, default=1, help="nodes for multi-node DDP")
+    g.add_argument("--precision", default="32-true",
+                   help="32-true (default), bf16-mixed or 16-mixed (GPU), bf16-true")
+    g.add_argument("--num-workers", type=int, default=0, help="DataLoader worker processes")
+    g.add_argument("--compile", nargs="?", const="inductor", default=None, metavar="BACKEND",
+                   help="torch.compile the encoder, in place so checkpoints keep their parameter names "
+                        "(backend default: inductor)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m mtdnn.train", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("task_defs", help="task-definition YAML (e.g. task_defs/glue.yaml)")
+    p.add_argument("--tasks", type=task_list, default=None,
+                   help="comma-separated tasks to train (default: every task with a train split)")
+    p.add_argument("--data-dir", default=None,
+                   help="data root for the task files (default: $MTDNN_DATA_DIR, else ../shared/data)")
+    p.add_argument("--encoder", default="packaged-minilm",
+                   help="Hugging Face encoder name or path; packaged-minilm is the embedded all-MiniLM-L6-v2")
+    p.add_argument("--init-from", default=None,
+                   help="start from an earlier run's (or export's) encoder and the heads of matching tasks")
+    p.add_argument("--output-dir", default=None,
+                   help="run directory (default: runs/<task-defs>-<tasks>-seed<seed>)")
+    p.add_argument("--overwrite", action="store_true", help="replace a run directory that holds a complete run")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the interrupted run in --output-dir from checkpoints/last.ckpt (same flags)")
+    p.add_argument("--checkpoint-every-n-steps", type=positive_int, default=None, metavar="N",
+                   help="also save checkpoints/last.ckpt every N optimizer steps (always at epoch ends and on SIGTERM)")
+    g = p.add_argument_group("optimisation")
+    g.add_argument("--max-epochs", type=positive_int, default=3, help="training epochs")
+    g.add_argument("--batch-size", type=positive_int, default=32, help="global batch size (all ranks together)")
+    g.add_argument("--eval-batch-size", type=positive_int, default=64, help="dev batch size per rank")
+    g.add_argument("--lr", type=positive_float, default=5e-5, help="peak learning rate (AdamW)")
+    g.add_argument("--weight-decay", type=float, default=0.01, help="AdamW weight decay (not on biases, LayerNorm)")
+    g.add_argument("--warmup-ratio", type=float, default=0.1, help="fraction of steps with linear warm-up")
+    g.add_argument("--gradient-clip", type=float, default=1.0, help="max gradient norm (0: none)")
+    g.add_argument("--max-length", type=positive_int, default=None,
+                   help="override every task's max sequence length (default: each task's, 128 in glue.yaml)")
+    g.add_argument("--schedule", choices=["proportional", "temperature", "uniform"], default="proportional",
+                   help="task schedule: proportional = MT-DNN Algorithm 1")
+    g.add_argument("--temperature", type=positive_float, default=2.0,
+                   help="T of temperature sampling, p_t ~ n_t^(1/T) (only with --schedule temperature)")
+    g.add_argument("--seed", type=int, default=42, help="seed of initialisation, dropout and the schedule")
+    g.add_argument("--limit-train-examples", type=positive_int, default=None, metavar="N",
+                   help="use the first N rows of each task's train split")
+    g.add_argument("--pad-to-multiple-of", type=positive_int, default=1, help="pad lengths to a multiple (8 on GPU)")
+    g.add_argument("--dropout", type=float, default=None,
+                   help="override every dropout probability, encoder and heads (default: the encoder's and tasks')")
+    p.add_argument("--trust-remote-code", action="store_true",
+                   help="allow encoders with custom code from the hub (off by default)")
+    add_trainer_args(p)
+    return p
+
+
+def default_output_dir(task_defs: str, tasks: list[str], seed: int) -> Path:
+    """``runs/<yaml stem>-<task>-<task>...-seed<seed>``: a pure function of the flags (DDP ranks agree)."""
+    return Path("runs") / f"{Path(task_defs).stem}-{'-'.join(tasks)}-seed{seed}"
+
+
+def check_trainer_flags(flags: argparse.Namespace) -> None:
+    """Check the Lightning flags of a training command (see :func:`check_lightning_flags`) and ``--num-workers``.
+
+    Raises:
+        ConfigError: a negative --num-workers, or Lightning rejects the flags.
+    """
+    if getattr(flags, "num_workers", 0) < 0:
+        raise ConfigError(f"--num-workers: must not be negative (got {flags.num_workers})")
+    check_lightning_flags(accelerator=flags.accelerator, devices=flags.devices, strategy=flags.strategy,
+                          precision=flags.precision, num_nodes=flags.num_nodes)
+
+
+def check_lightning_flags(**flags) -> None:
+    """Build (and drop) a Trainer from Lightning flags, so that a bad one fails before any file is written.
+
+    Args:
+        flags: Trainer arguments named as the CLI flags (``accelerator``, ``devices``, ``strategy``, ``precision``,
+            ``num_nodes``); those given are quoted in the error.
+
+    Raises:
+        ConfigError: Lightning rejects the combination.
+    """
+    import pytorch_lightning as pl
+
+    kwargs = {**flags, "strategy": trainer_strategy(flags.get("strategy", "auto"))}
+    try:
+        pl.Trainer(**kwargs, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                   enable_model_summary=False)
+    except Exception as err:  # Lightning raises MisconfigurationException, ValueError, RuntimeError, ...
+        shown = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in flags.items() if k != "num_nodes")
+        raise ConfigError(f"Lightning rejects {shown}: {err}") from None
+
+
+def trainer_strategy(name: str):
+    """``ddp`` means DDP with ``find_unused_parameters=True``: each step uses one task head only."""
+    if name == "ddp":
+        from pytorch_lightning.strategies import DDPStrategy
+
+        return DDPStrategy(find_unused_parameters=True)
+    return name
+
+
+def is_global_zero() -> bool:
+    """Whether this process is rank 0 (Lightning re-launches the command for the other ranks)."""
+    return all(os.environ.get(v, "0") == "0" for v in ("RANK", "LOCAL_RANK", "NODE_RANK"))
+
+
+def schedule_summary(step_log: list[tuple[int, str]], schedule: str, batch_size: int) -> dict:
+    """``schedule.json``: the task of every optimizer step per epoch and the realised batch counts."""
+    epochs = sorted({e for e, _ in step_log})
+    per_epoch = []
+    for epoch in epochs:
+        steps = [t for e, t in step_log if e == epoch]
+        per_epoch.append({"epoch": epoch + 1, "steps": steps, "batches_per_task": dict(Counter(steps))})
+    return {"schedule": schedule, "global_batch_size": batch_size, "steps": len(step_log),
+            "batches_per_task": dict(Counter(t for _, t in step_log)), "epochs": per_epoch}
+
+
+def metrics_summary(history: list[dict], best_checkpoint: Path, run_dir: Path) -> dict:
+    """``metrics.json``: dev scores per epoch and the best epoch (highest average, first on ties)."""
+    best = max(history, key=lambda h: h["average"])  # max keeps the first of equal values
+    return {"status": "complete", "epochs": history,
+            "best": {"epoch": best["epoch"],
+                     "checkpoint": str(best_checkpoint.resolve().relative_to(run_dir.resolve())),
+                     "tasks": best["tasks"], "average": best["average"]}}
+
+
+def copy_matching_heads(model, export_dir: Path, tasks: dict[str, TaskDef]) -> list[str]:
+    """Load the heads of ``export_dir`` whose task name, type and output size match; return their names."""
+    from safetensors.torch import load_file
+
+    from .export import load_export_tasks
+
+    saved_tasks = load_export_tasks(export_dir)
+    state = load_file(str(export_dir / "heads.safetensors"))
+    copied = []
+    for name, task in tasks.items():
+        old = saved_tasks.get(name)
+        if old is None or old.type != task.type or old.num_outputs != task.num_outputs or old.labels != task.labels:
+            continue
+        model.heads[name].load_state_dict({k[len(name) + 1:]: v for k, v in state.items() if k.startswith(name + ".")})
+        copied.append(name)
+    return copied
+
+
+FAULT_ENV = "MTDNN_FAULT_AT_STEP"
+
+
+TRACE_ENV = "MTDNN_TRACE_DIR"
+
+
+def engineering_callbacks(last_checkpoint: Path, every_n_steps: int | None = None) -> list:
+    """Callbacks for faults and resumption (engineering, not research).
+
+    - Every ``every_n_steps`` optimizer steps, and on SIGTERM (a scheduler pre-empting the job), save
+      ``last_checkpoint`` at the end of the step (atomically); after SIGTERM Lightning then stops the run.
+    - With ``$MTDNN_FAULT_AT_STEP=N``, send this process SIGTERM once N optimizer steps are done: tests of
+      interruption and exact resume use a fixed step, never a timer.
+    - With ``$MTDNN_TRACE_DIR``, every rank writes ``trace-rank<r>.jsonl``: per step the task and the real
+      example rows it trained on (for DDP tests).
+    """
+    import pytorch_lightning as pl
+
+    class SaveLastCheckpoint(pl.Callback):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            fault = os.environ.get(FAULT_ENV)
+            if fault and trainer.global_step == int(fault):
+                os.kill(os.getpid(), signal.SIGTERM)
+            if trainer.received_sigterm or (every_n_steps and trainer.global_step % every_n_steps == 0):
+                trainer.save_checkpoint(last_checkpoint)
+
+    class TraceSteps(pl.Callback):
+        def __init__(self, directory: Path):
+            self.directory, self.rows = directory, []
+
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            real = batch["idx"][batch["weight"] > 0].tolist()
+            self.rows.append({"epoch": trainer.current_epoch, "step": trainer.global_step, "task": batch["task"],
+                              "rows": real})
+
+        def on_train_end(self, trainer, pl_module):
+            self.directory.mkdir(parents=True, exist_ok=True)
+            path = self.directory / f"trace-rank{trainer.global_rank}.jsonl"
+            with path.open("a", encoding="utf-8") as f:
+                f.writelines(json.dumps(r) + "\n" for r in self.rows)
+
+    callbacks: list = [SaveLastCheckpoint()]
+    if os.environ.get(TRACE_ENV):
+        callbacks.append(TraceSteps(Path(os.environ[TRACE_ENV])))
+    return callbacks
+
+
+RESUME_MUST_MATCH = ("task_defs", "tasks", "encoder", "init_from", "max_epochs", "batch_size", "lr", "weight_decay",
+                     "warmup_ratio", "max_length", "schedule", "temperature", "seed", "limit_train_examples",
+                     "dropout")
+
+
+def check_resumable(run_dir: Path, args: argparse.Namespace) -> Path:
+    """The checkpoint to resume from, after checking that the run is incomplete and its flags match.
+
+    Raises:
+        CheckpointError: no such run, the run is complete, no last.ckpt, or the checkpoint is truncated.
+        ConfigError: a training flag differs from the interrupted run's ``config.yaml``.
+    """
+    from ..errors import CheckpointError
+    from .runs import CHECKPOINT_DIR, CONFIG_FILE, load_checkpoint_file, read_metrics
+
+    if read_metrics(run_dir) is not None:
+        raise CheckpointError(f"{run_dir}: the run is complete; nothing to resume")
+    last = run_dir / CHECKPOINT_DIR / "last.ckpt"
+    config_path = run_dir / CONFIG_FILE
+    if not last.is_file() or not config_path.is_file():
+        raise CheckpointError(f"{run_dir}: no interrupted run to resume (need {CONFIG_FILE} and {last.name})")
+    load_checkpoint_file(last)  # a truncated or damaged checkpoint is reported here, before anything starts
+    saved = yaml.safe_load(config_path.read_text(encoding="utf-8"))["args"]
+    for key in RESUME_MUST_MATCH:
+        if saved.get(key) != getattr(args, key):
+            raise ConfigError(f"--resume: --{key.replace('_', '-')} is {getattr(args, key)!r} but the interrupted "
+                              f"run used {saved.get(key)!r} ({config_path})")
+    return last
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    warnings.filterwarnings("ignore", ".*does not have many workers.*")
+    warnings.filterwarnings("ignore", ".*predefined batch sampler.*")
+
+    import pytorch_lightning as pl
+
+    from ..tasks.data import check_files, resolve_data_dir
+    from .export import resolve_export
+    from .lightning import MultiTaskDataModule, MultiTaskModule
+    from ..modeling.model import load_tokenizer
+    from .runs import CONFIG_FILE, prepare_run_dir, write_atomic
+
+    # 1. Validate everything that can be wrong before creating anything.
+    all_tasks = load_task_defs(args.task_defs)
+    if args.tasks is None:  # every task that can be trained; the others are evaluation-only
+        untrainable = [n for n, t in all_tasks.items() if "train" not in t.splits]
+        if untrainable:
+            log.info("%s: training every task with a train split; %s have none (evaluation only)",
+                     args.task_defs, ", ".join(untrainable))
+        args.tasks = [n for n in all_tasks if n not in untrainable] or list(all_tasks)
+    tasks = select_tasks(all_tasks, args.tasks, args.task_defs)
+    for name, task in tasks.items():
+        if "train" not in task.splits:
+            raise ConfigError(f"{args.task_defs}: task '{name}' has no train split; it can be evaluated, not trained")
+    if not any("dev" in t.splits for t in tasks.values()):
+        raise ConfigError(f"{args.task_defs}: none of the tasks {', '.join(tasks)} has a dev split to select on")
+    if not 0 <= args.warmup_ratio < 1:
+        raise ConfigError(f"--warmup-ratio: must be in [0, 1) (got {args.warmup_ratio})")
+    if args.dropout is not None and not 0 <= args.dropout < 1:
+        raise ConfigError(f"--dropout: must be in [0, 1) (got {args.dropout})")
+    if args.resume and args.overwrite:
+        raise ConfigError("--resume and --overwrite contradict each other")
+    if args.weight_decay < 0 or args.gradient_clip < 0:
+        raise ConfigError("--weight-decay and --gradient-clip must not be negative")
+    check_trainer_flags(args)
+    data_dir = resolve_data_dir(args.data_dir)
+    for task in tasks.values():
+        check_files(task, [s for s in ("train", "dev") if s in task.splits], data_dir)
+
+    encoder = args.encoder
+    init_export = None
+    if args.init_from:
+        init_export = resolve_export(args.init_from)
+        encoder = str(init_export / "encoder")
+        if args.encoder != "packaged-minilm":
+            log.warning("--encoder %s is ignored: --init-from %s gives the encoder", args.encoder, args.init_from)
+    tokenizer = load_tokenizer(encoder, args.trust_remote_code)
+    pl.seed_everything(args.seed, workers=True, verbose=False)
+    module = MultiTaskModule(encoder, {n: t.to_plain() for n, t in tasks.items()}, lr=args.lr,
+                             weight_decay=args.weight_decay, warmup_ratio=args.warmup_ratio, dropout=args.dropout,
+                             trust_remote_code=args.trust_remote_code)
+    limit = getattr(module.model.encoder.config, "max_position_embeddings", None)
+    longest = args.max_length or max(t.max_length for t in tasks.values())
+    if limit and longest > limit:
+        raise ConfigError(f"max length {longest} (--max-length or a task's max_length) exceeds the encoder's "
+                          f"{limit} positions")
+    if init_export is not None:
+        copied = copy_matching_heads(module.model, init_export, tasks)
+        log.info("initialised from %s: encoder and heads of %s", init_export, ", ".join(copied) or "no task")
+    datamodule = MultiTaskDataModule(tasks, data_dir, tokenizer, batch_size=args.batch_size,
+                                     eval_batch_size=args.eval_batch_size, schedule=args.schedule,
+                                     temperature=args.temperature if args.schedule == "temperature" else 1.0,
+                                     seed=args.seed, limit_train_examples=args.limit_train_examples,
+                                     max_length=args.max_length, pad_to_multiple_of=args.pad_to_multiple_of,
+                                     num_workers=args.num_workers)
+    run_dir = Path(args.output_dir) if args.output_dir else default_output_dir(args.task_defs, list(tasks), args.seed)
+    resume_from = check_resumable(run_dir, args) if args.resume else None
+    if is_global_zero():
+        datamodule.prepare_data()  # parse and tokenize now, so data errors come before the run directory
+        if resume_from is None:
+            prepare_run_dir(run_dir, args.overwrite)
+            config = {"command": "train", "args": {k: v for k, v in vars(args).items()},
+                      "data_dir": str(data_dir), "encoder": encoder,
+                      "tasks": {n: t.to_plain() for n, t in tasks.items()}}
+            write_atomic(run_dir / CONFIG_FILE, yaml.safe_dump(config, sort_keys=False))
+    if args.compile:
+        # Module.compile works in place: no OptimizedModule wrapper, so no "_orig_mod." in checkpoint keys.
+        module.model.encoder.compile(backend=args.compile)
+
+    # 2. Train, export the best epoch, write schedule.json and (last) metrics.json.
+    source_encoder = args.encoder
+    if init_export is not None:
+        source_encoder = json.loads((init_export / "mtdnn_export.json").read_text()).get("source_encoder", encoder)
+    code, summary = fit_and_export(module, datamodule, tasks, tokenizer, run_dir, args, max_epochs=args.max_epochs,
+                                   gradient_clip=args.gradient_clip, schedule=args.schedule,
+                                   batch_size=args.batch_size, source_encoder=source_encoder,
+                                   resume_from=resume_from, checkpoint_every_n_steps=args.checkpoint_every_n_steps)
+    if summary is not None:
+        best = summary["best"]
+        print(f"best epoch {best['epoch']}: average {best['average']:.4f} "
+              + " ".join(f"{t}={v[tasks[t].metric_names[0]]:.4f}" for t, v in best["tasks"].items()))
+        print(f"run directory: {run_dir}")
+    return code
+
+
+def fit_and_export(module, datamodule, tasks: dict[str, TaskDef], tokenizer, run_dir: Path,
+                   trainer_flags: argparse.Namespace, *, max_epochs: int, gradient_clip: float, schedule: str,
+                   batch_size: int, source_encoder: str, resume_from: Path | None = None,
+                   checkpoint_every_n_steps: int | None = None) -> tuple[int, dict | None]:
+    """The toolkit's Trainer set-up, shared by every training command (train, distill's student, ...).
+
+    Trains ``module`` on ``datamodule``; keeps ``best.ckpt`` (dev average, first of equal scores) and
+    ``last.ckpt`` (every epoch, every N steps, on SIGTERM); asserts that exactly the planned number of optimizer
+    steps ran; then on rank 0 exports the best epoch's model and writes ``schedule.json`` and, last,
+    ``metrics.json``. ``trainer_flags`` carries the Lightning options of :func:`add_trainer_args`.
+
+    Returns:
+        ``(exit code, metrics summary)``: 130/143 and None when interrupted (Ctrl-C/SIGTERM), 0 and None on
+        ranks other than 0.
+    """
+    import pytorch_lightning as pl
+    from pytorch_lightning.callbacks import ModelCheckpoint
+    from pytorch_lightning.loggers import CSVLogger
+
+    from .export import export_model
+    from .runs import (AtomicCheckpointIO, CHECKPOINT_DIR, EXPORT_DIR, METRICS_FILE, SCHEDULE_FILE,
+                       load_checkpoint_file, write_json_atomic)
+
+    # best.ckpt by the dev average; last.ckpt at every epoch end, listed after it so that it holds the updated
+    # best-score state (Lightning 2.6's save_last skips epochs that are not a new best).
+    checkpoint = ModelCheckpoint(dirpath=run_dir / CHECKPOINT_DIR, filename="best", monitor="dev/average",
+                                 mode="max", save_top_k=1, auto_insert_metric_name=False, enable_version_counter=False)
+    last = ModelCheckpoint(dirpath=run_dir / CHECKPOINT_DIR, filename="last", monitor=None, save_top_k=1,
+                           every_n_epochs=1, auto_insert_metric_name=False, enable_version_counter=False)
+    callbacks = [checkpoint, last, *engineering_callbacks(run_dir / CHECKPOINT_DIR / "last.ckpt",
+                                                          checkpoint_every_n_steps)]
+    # A resumed run logs beside the first one: Lightning's CSVLogger would otherwise empty logs/metrics.csv.
+    version = f"resumed-step{load_checkpoint_file(resume_from)['global_step']}" if resume_from else ""
+    loggers = [CSVLogger(run_dir, name="logs", version=version)]
+    try:
+        from pytorch_lightning.loggers import TensorBoardLogger
+
+        import tensorboard  # noqa: F401
+
+        tensorboard_version = f"tensorboard-{version}" if version else "tensorboard"
+        loggers.append(TensorBoardLogger(run_dir, name="logs", version=tensorboard_version))
+    except ImportError:
+        pass
+    flags = trainer_flags
+    trainer = pl.Trainer(max_epochs=max_epochs, accelerator=flags.accelerator, devices=flags.devices,
+                         num_nodes=flags.num_nodes, strategy=trainer_strategy(flags.strategy),
+                         precision=flags.precision, gradient_clip_val=gradient_clip or None,
+                         use_distributed_sampler=False, callbacks=callbacks, logger=loggers,
+                         plugins=[AtomicCheckpointIO()], default_root_dir=run_dir, log_every_n_steps=10)
+    sigint = signal.getsignal(signal.SIGINT)
+    try:
+        trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
+    except SystemExit:  # Lightning exits after a graceful shutdown on Ctrl-C or SIGTERM
+        if not trainer.interrupted:
+            raise
+    finally:
+        signal.signal(signal.SIGINT, sigint)  # Lightning leaves SIGINT ignored after an interrupt
+    if trainer.interrupted:
+        last_path = run_dir / CHECKPOINT_DIR / "last.ckpt"
+        hint = (f"resume with --resume (from {last_path})" if last_path.is_file()
+                else "no checkpoint was saved yet (they are saved at epoch ends, every --checkpoint-every-n-steps "
+                     "and on SIGTERM)")
+        print(f"interrupted: {hint}; no metrics.json written", file=sys.stderr)
+        return (143 if trainer.received_sigterm else 130), None
+    expected_steps = max_epochs * len(datamodule.train_sampler)
+    if trainer.global_step != expected_steps:
+        raise RuntimeError(f"training ended after {trainer.global_step} optimizer steps, expected {expected_steps}")
+    if not trainer.is_global_zero:
+        return 0, None
+
+    best_path = Path(checkpoint.best_model_path)
+    module.load_state_dict(load_checkpoint_file(best_path)["state_dict"])
+    module.model.cpu().float()
+    export_model(module.model, tokenizer, tasks, run_dir / EXPORT_DIR, source_encoder=source_encoder)
+    write_json_atomic(run_dir / SCHEDULE_FILE, schedule_summary(module.step_log, schedule, batch_size))
+    summary = metrics_summary(module.dev_history, best_path, run_dir)
+    write_json_atomic(run_dir / METRICS_FILE, summary)
+    return 0, summary
+
+
+def cli() -> None:
+    """Console-script entry point (``mtdnn-train``)."""
+    run_cli(main)
+
+
+if __name__ == "__main__":
+    cli()
