@@ -295,6 +295,15 @@ def test_teacher_report_members_ensemble_and_disagreement(world):
                                                            + report["tasks"]["stsb"]["ensemble"]["score"]) / 2)
     markdown = (world["teachers"] / "teachers.md").read_text()
     assert "| task | metric | member 1 | member 2 | mean ± sd | ensemble |" in markdown and "| 1-2 |" in markdown
+    # what the soft targets carry, on train and dev, recomputed from the same cached logits
+    carried = rte["soft_targets"]
+    assert carried["dev"]["examples"] == len(dev.examples)
+    assert carried["dev"]["agreement_with_gold"] == pytest.approx(accuracy)
+    assert carried["dev"]["mean_max_probability"] == pytest.approx(probs.max(-1).values.mean().item(), abs=1e-6)
+    assert len(carried["dev"]["member_ece"]) == 2 and 0 <= carried["train"]["ece"] <= 1
+    assert carried["temperature_scaling"]["fit_examples"] + carried["temperature_scaling"]["report_examples"] == len(dev.examples)
+    assert {"mean_member_spread", "mean_absolute_error"} <= set(report["tasks"]["stsb"]["soft_targets"]["train"])
+    assert "| rte | train |" in markdown and "| rte | dev |" in markdown and "| stsb | dev |" in markdown
 
 
 def student_spec(world, name, **extra):

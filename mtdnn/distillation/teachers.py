@@ -43,6 +43,7 @@ import yaml
 
 from . import soft_targets
 from ..errors import CheckpointError, ConfigError, run_cli
+from .calibration import classification_summary, regression_summary, temperature_scaling
 from .soft_targets import MANIFEST_FILE, member_dir, read_manifest
 from .specs import TeacherSpec, load_spec
 from ..tasks.taskdef import TaskDef, load_task_defs, select_tasks
@@ -87,6 +88,26 @@ def pairwise_disagreement(task_type: str, outputs: torch.Tensor) -> list[dict]:
     return pairs
 
 
+def _split_outputs(teacher_dir: Path, task: TaskDef, split: str, data_dir: Path) -> tuple[torch.Tensor, torch.Tensor]:
+    """The members' cached outputs ``(n, members, outputs)`` on ``split`` and its gold labels ``(n,)``."""
+    from ..tasks.data import load_split
+
+    raw = load_split(task, split, data_dir)
+    ids = [ex.id for ex in raw.examples]
+    outputs = torch.from_numpy(soft_targets.teacher_outputs(teacher_dir, task, split, data_dir, ids))
+    labels = torch.tensor([ex.label for ex in raw.examples],
+                          dtype=torch.float32 if task.type == "regression" else torch.long)
+    return outputs, labels
+
+
+def soft_target_summary(task_type: str, outputs: torch.Tensor, labels: torch.Tensor) -> dict:
+    """What the ensemble's soft targets carry on one split (see :mod:`mtdnn.distillation.calibration`):
+    ``outputs`` ``(n, members, classes)`` logits, or ``(n, members, 1)`` regression predictions."""
+    if task_type == "regression":
+        return regression_summary(outputs, labels)
+    return classification_summary(outputs, labels)
+
+
 def _mean_std(values: list[float]) -> tuple[float, float]:
     return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
 
@@ -99,7 +120,6 @@ def summarize(teacher_dir: Path, tasks: dict[str, TaskDef], data_dir: Path) -> d
     Raises:
         CheckpointError: a member run is incomplete or its cached dev outputs are missing or stale.
     """
-    from ..tasks.data import load_split
     from ..modeling.metrics import average_score
     from ..training.runs import complete_run
 
@@ -115,11 +135,13 @@ def summarize(teacher_dir: Path, tasks: dict[str, TaskDef], data_dir: Path) -> d
             dev = complete_run(member_dir(teacher_dir, name, k))["best"]["tasks"][name]
             members.append({**member, "dev": dev, "score": dev[metric]})
             per_member.setdefault(k, {})[name] = dev
-        raw = load_split(task, "dev", data_dir)
-        ids = [ex.id for ex in raw.examples]
-        outputs = torch.from_numpy(soft_targets.teacher_outputs(teacher_dir, task, "dev", data_dir, ids))
-        labels = torch.tensor([ex.label for ex in raw.examples],
-                              dtype=torch.float32 if task.type == "regression" else torch.long)
+        carried = {}
+        for split in ("train", "dev"):
+            split_outputs, split_labels = _split_outputs(teacher_dir, task, split, data_dir)
+            carried[split] = soft_target_summary(task.type, split_outputs, split_labels)
+        outputs, labels = split_outputs, split_labels  # dev
+        if task.type != "regression":
+            carried["temperature_scaling"] = {"split": "dev", **temperature_scaling(outputs, labels, seed=0)}
         ensemble = score(task, ensemble_outputs(task.type, outputs), labels)
         ensemble_scores[name] = ensemble
         mean, std = _mean_std([m["score"] for m in members])
@@ -131,7 +153,8 @@ def summarize(teacher_dir: Path, tasks: dict[str, TaskDef], data_dir: Path) -> d
                    else "fraction of examples with a different predicted class")
         report["tasks"][name] = {"metric": metric, "members": members, "mean": mean, "std": std,
                                  "ensemble": {"dev": ensemble, "score": ensemble[metric]},
-                                 "disagreement": {"measure": measure, "pairs": pairs}}
+                                 "disagreement": {"measure": measure, "pairs": pairs},
+                                 "soft_targets": carried}
     names = {n: t.metric_names for n, t in tasks.items()}
     member_averages = [average_score(scores, names) for _, scores in sorted(per_member.items())]
     mean, std = _mean_std(member_averages)
@@ -172,7 +195,47 @@ def render_markdown(report: dict, title: str) -> str:
     for name, t in tasks.items():
         values = {f"{p['members'][0]}-{p['members'][1]}": fmt(p["value"]) for p in t["disagreement"]["pairs"]}
         lines.append(f"| {name} | " + " | ".join(values.get(p, "") for p in pairs) + " |")
+    lines += soft_target_markdown(tasks, fmt)
     return "\n".join(lines) + "\n"
+
+
+def soft_target_markdown(tasks: dict, fmt) -> list[str]:
+    """The report's "what the soft targets carry" tables (train against dev), when the report has them."""
+    rows = [(name, t["soft_targets"]) for name, t in tasks.items() if "soft_targets" in t]
+    if not rows:
+        return []
+    lines = ["", "What the soft targets carry (q: the ensemble's averaged probabilities at T = 1). Max prob and "
+             "entropy (nats): means over examples; agreement: argmax q = gold; ECE: expected calibration error, "
+             "15 equal-width bins on the maximum probability (Guo et al. 2017), of the ensemble and of each member. "
+             "Train is the set the members were fine-tuned on.", "",
+             "| task | split | examples | max prob | entropy | agreement | ECE ensemble | ECE members |",
+             "|---|---|---|---|---|---|---|---|"]
+    regression = []
+    for name, carried in rows:
+        for split in ("train", "dev"):
+            c = carried.get(split)
+            if c is None:
+                continue
+            if "mean_member_spread" in c:
+                regression.append((name, split, c))
+                continue
+            members = ", ".join(fmt(v) for v in c["member_ece"])
+            lines.append(f"| {name} | {split} | {c['examples']} | {fmt(c['mean_max_probability'])} | "
+                         f"{fmt(c['mean_entropy'])} | {fmt(c['agreement_with_gold'])} | {fmt(c['ece'])} | {members} |")
+    if regression:
+        lines += ["", "Regression: the members' spread (per-example sd of their predictions, averaged) against the "
+                  "ensemble's absolute error, and their correlation over examples.", "",
+                  "| task | split | examples | member spread | ensemble abs error | correlation |", "|---|---|---|---|---|---|"]
+        lines += [f"| {n} | {sp} | {c['examples']} | {fmt(c['mean_member_spread'])} | {fmt(c['mean_absolute_error'])} "
+                  f"| {fmt(c['spread_error_correlation'])} |" for n, sp, c in regression]
+    scaled = [(name, c["temperature_scaling"]) for name, c in rows if "temperature_scaling" in c]
+    if scaled:
+        lines += ["", "Temperature scaling of the ensemble: T fitted by NLL on one seeded half of dev, ECE and NLL "
+                  "reported on the other half.", "",
+                  "| task | T | ECE at T = 1 | ECE at T | NLL at T = 1 | NLL at T |", "|---|---|---|---|---|---|"]
+        lines += [f"| {n} | {fmt(c['temperature'])} | {fmt(c['before']['ece'])} | {fmt(c['after']['ece'])} | "
+                  f"{fmt(c['before']['nll'])} | {fmt(c['after']['nll'])} |" for n, c in scaled]
+    return lines
 
 
 # ------------------------------------------------------------------------------------------------- the build
