@@ -200,7 +200,7 @@ def test_markdown_table_and_png_are_written(snli_sweep):
 
 
 def test_an_interrupted_sweep_resumes_from_finished_runs(snli_sweep, monkeypatch, capsys):
-    import mtdnn.evaluation.transfer
+    import mtdnn.evaluation.transfer.sweep
 
     out_dir, args = snli_sweep
     before = json.loads((out_dir / "results.json").read_text())
@@ -208,7 +208,7 @@ def test_an_interrupted_sweep_resumes_from_finished_runs(snli_sweep, monkeypatch
     def no_training(*a, **k):
         raise AssertionError("a finished run was trained again")
 
-    monkeypatch.setattr(mtdnn.evaluation.transfer, "fine_tune", no_training)
+    monkeypatch.setattr(mtdnn.evaluation.transfer.sweep, "fine_tune", no_training)
     assert main(args) == 0
     assert "kept from an earlier run" in capsys.readouterr().out
     assert json.loads((out_dir / "results.json").read_text())["results"] == before["results"]

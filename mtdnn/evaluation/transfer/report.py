@@ -1,0 +1,179 @@
+"""The report of a sweep: ``results.json`` (:func:`build_report`), ``results.md`` (:func:`render_markdown`) and
+``learning_curve.png`` (:func:`plot_learning_curve`)."""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+
+from ...tasks.taskdef import TaskDef
+from .encoders import Encoder
+from .settings import TransferSettings
+
+RESULTS_JSON = "results.json"
+RESULTS_MD = "results.md"
+CURVE_PNG = "learning_curve.png"
+
+def summarise(values: list[float]) -> tuple[float, float | None]:
+    """Mean and sample standard deviation (None for a single value)."""
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None)
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{100 * value:.1f}"
+
+
+def render_markdown(report: dict) -> str:
+    """``results.md``: the table of mean ± standard deviation (percent) per encoder and size, then the set-up."""
+    metric, seeds = report["metric"], report["seeds"]
+    pool, evaluation = report["pool"], report["evaluation"]
+    sizes = report["sizes"]
+    lines = [f"# Few-shot transfer: {report['task']}", ""]
+    spread = (f"mean ± sample standard deviation over {len(seeds)} seeds ({', '.join(map(str, seeds))})"
+              if len(seeds) > 1 else f"one seed ({seeds[0]}), so no standard deviation")
+    lines.append(f"{metric.capitalize()} (%) on the `{evaluation['split']}` split ({evaluation['examples']} examples), "
+                 f"after fine-tuning on n examples of the `{pool['split']}` split ({pool['examples']} examples); "
+                 f"{spread}.")
+    lines += ["", "| encoder | " + " | ".join(f"n = {s['n_examples']} ({100 * s['fraction_of_pool']:.3g}% of pool)"
+                                              for s in sizes) + " |",
+              "|---|" + "---:|" * len(sizes)]
+    for enc in report["encoders"]:
+        cells = []
+        for row in report["results"][enc["label"]]:
+            cells.append(_pct(row["mean"]) + (f" ± {_pct(row['std'])}" if row["std"] is not None else ""))
+        lines.append(f"| {enc['label']} | " + " | ".join(cells) + " |")
+    lines += ["", "## Set-up", ""]
+    lines.append(f"- Task `{report['task']}` from `{report['task_defs']}`"
+                 + (f": {report['description']}" if report.get("description") else "."))
+    counts = ", ".join(f"{k} {v}" for k, v in pool["class_counts"].items())
+    lines.append(f"- Pool (training subsets are drawn from it): split `{pool['split']}`, `{pool['source']}`, "
+                 f"{pool['examples']} examples ({counts}).")
+    lines.append(f"- Evaluation: split `{evaluation['split']}`, `{evaluation['source']}`, {evaluation['examples']} "
+                 "examples, scored once after the last epoch (no model selection on it).")
+    lines.append("- Subsets: one stratified order of the pool per seed; every subset is a prefix of it, so smaller "
+                 "subsets lie inside larger ones and every encoder sees the same examples. Fractions are of the pool.")
+    lines.append(f"- Hyper-parameters, the same for every encoder: {report['settings']['description']}; max length "
+                 f"{report['max_length']} tokens; training seed = seed index.")
+    lines += ["", "| encoder | kind | source | head | trained on |", "|---|---|---|---|---|"]
+    for enc in report["encoders"]:
+        trained = ", ".join(f"{name} (`{info['train']}`)" if info.get("train") else name
+                            for name, info in enc["trained_on"].items()) or "-"
+        lines.append(f"| {enc['label']} | {enc['kind']} | `{enc['spec']}` | {enc['head']} | {trained} |")
+    if report["notes"]:
+        lines += ["", "## Notes", ""] + [f"- {note}" for note in report["notes"]]
+    lines += ["", f"## {metric.capitalize()} per seed (%)", "",
+              "| encoder | n | " + " | ".join(f"seed {s}" for s in seeds) + " | train s (mean) |",
+              "|---|---:|" + "---:|" * (len(seeds) + 1)]
+    for enc in report["encoders"]:
+        for row in report["results"][enc["label"]]:
+            lines.append(f"| {enc['label']} | {row['n_examples']} | " + " | ".join(_pct(v) for v in row["accuracies"])
+                         + f" | {statistics.fmean(row['train_seconds']):.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot_learning_curve(report: dict, path: Path) -> None:
+    """``learning_curve.png``: accuracy (%) against training examples, log x, one line per encoder.
+
+    Error bars are one sample standard deviation over seeds, drawn only when there is one (two or more seeds).
+    Written to a temporary file beside ``path`` and renamed into place.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FixedLocator, NullLocator
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    count = len(report["encoders"])
+    for i, enc in enumerate(report["encoders"]):
+        rows = report["results"][enc["label"]]
+        dodge = 1.025 ** (i - (count - 1) / 2)  # side by side on the log axis, so error bars do not overlap
+        xs = [r["n_examples"] * dodge for r in rows]
+        ys = [100 * r["mean"] for r in rows]
+        errors = None if any(r["std"] is None for r in rows) else [100 * r["std"] for r in rows]
+        ax.errorbar(xs, ys, yerr=errors, marker="o", capsize=3 if errors else 0, label=enc["label"])
+    sizes = [s["n_examples"] for s in report["sizes"]]
+    ax.set_xscale("log")
+    ax.xaxis.set_major_locator(FixedLocator(sizes))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xticklabels([str(s) for s in sizes])
+    ax.set_xlabel(f"training examples from the {report['pool']['split']} pool (log scale)")
+    ax.set_ylabel(f"{report['metric']} on {report['evaluation']['split']} (%)")
+    seeds = len(report["seeds"])
+    ax.set_title(f"{report['task']}: few-shot transfer ({seeds} seed{'s' if seeds > 1 else ''}"
+                 + (", ±1 s.d." if seeds > 1 else "") + ")")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        fig.savefig(tmp, format="png", dpi=120)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    finally:
+        plt.close(fig)
+
+
+def build_report(task: TaskDef, args, settings: TransferSettings, encoders: list[Encoder], records: dict,
+                 seeds: list[int], sizes: list[int], origin: dict[int, str], pool_raw, eval_raw, eval_examples: int,
+                 metric: str) -> dict:
+    """The content of ``results.json`` (and, rendered, of ``results.md`` and the plot).
+
+    ``records[label][size][seed]`` are the per-run records (``metrics``, ``train_seconds``, ...); ``pool_raw``
+    and ``eval_raw`` the parsed pool and evaluation splits (:class:`mtdnn.tasks.data.RawSplit`), of which the first
+    ``eval_examples`` were scored; ``origin`` says how each size was asked for.
+    """
+    pool_split, eval_split = pool_raw.split, eval_raw.split
+    pool_labels = [int(ex.label) for ex in pool_raw.examples]
+    pool_size = len(pool_labels)
+    class_counts = {task.labels[c]: pool_labels.count(c) for c in sorted(set(pool_labels))}
+    notes = []
+    if "train" not in task.splits:
+        notes.append(f"Task '{task.name}' has no train split here: the pool is its '{pool_split}' split "
+                     f"({pool_size} examples) and the evaluation set its '{eval_split}' split.")
+    missing = [name for name in task.labels if name not in class_counts]
+    if missing:
+        notes.append(f"The pool holds no example of {', '.join(missing)}.")
+    if task.drop_labels:
+        notes.append(f"Rows whose gold label is one of {task.drop_labels} (no gold label) are removed, as is standard: "
+                     f"{pool_raw.dropped} from the pool's file, {eval_raw.dropped} from the evaluation file.")
+    if eval_examples < len(eval_raw.examples):
+        notes.append(f"SMOKE TEST: only the first {eval_examples} of the {len(eval_raw.examples)} evaluation examples "
+                     "were scored (--limit-eval-examples).")
+    notes.extend(args.note)
+    results = {}
+    for encoder in encoders:
+        rows = []
+        for k in sizes:
+            per_seed = [records[encoder.label][k][s] for s in seeds]
+            values = [r["metrics"][metric] for r in per_seed]
+            mean, std = summarise(values)
+            rows.append({"n_examples": k, "fraction_of_pool": k / pool_size, "batch_size": settings.batch_size(k),
+                         "accuracies": values, "mean": mean, "std": std,
+                         "train_seconds": [r["train_seconds"] for r in per_seed],
+                         "eval_seconds": [r["eval_seconds"] for r in per_seed]})
+        results[encoder.label] = rows
+    report = {
+        "command": "transfer", "task": task.name, "task_defs": str(args.task_defs), "description": task.description,
+        "metric": metric, "seeds": seeds,
+        "sizes": [{"n_examples": k, "fraction_of_pool": k / pool_size, "asked_as": origin[k]} for k in sizes],
+        "pool": {"split": pool_split, "source": pool_raw.source, "examples": pool_size, "class_counts": class_counts,
+                 "dropped_rows": pool_raw.dropped},
+        "evaluation": {"split": eval_split, "source": eval_raw.source, "examples": eval_examples,
+                       "split_examples": len(eval_raw.examples), "dropped_rows": eval_raw.dropped},
+        "settings": {**asdict(settings), "batch_size_rule": settings.batch_size_rule,
+                     "description": settings.describe(), "training_seed": "the seed index"},
+        "max_length": task.max_length,
+        "encoders": [{"label": e.label, "spec": e.spec, "kind": e.kind, "path": e.path, "head": e.head,
+                      "trained_on": e.trained_on} for e in encoders],
+        "results": results, "notes": notes,
+        "args": {k: v for k, v in vars(args).items()},
+    }
+    return report

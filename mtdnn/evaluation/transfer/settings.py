@@ -1,0 +1,44 @@
+"""The fine-tuning hyper-parameters of few-shot transfer: one place, the same for every encoder, size and seed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+@dataclass(frozen=True)
+class TransferSettings:
+    """The fine-tuning hyper-parameters: one place, the same for every encoder, size and seed, and reported.
+
+    MT-DNN's fine-tuning settings (arXiv 1901.11504, section 4): 3 epochs, AdamW with lr 5e-5, linear warm-up
+    over 10% of the steps then linear decay; batch 8 for the small subsets, 32 above. The rule used here: a
+    subset of fewer than ``small_subset_limit`` (1000) examples trains with batch 8, a larger one with 32.
+    The training seed of seed index s is s (head initialisation, dropout and batch order); subset orders use
+    the same s in their own generator.
+    """
+
+    epochs: int = 3
+    lr: float = 5e-5
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.1
+    gradient_clip: float = 1.0
+    small_batch_size: int = 8
+    large_batch_size: int = 32
+    small_subset_limit: int = 1000
+    eval_batch_size: int = 128
+
+    def batch_size(self, n_examples: int) -> int:
+        """The training batch for a subset of ``n_examples``."""
+        return self.small_batch_size if n_examples < self.small_subset_limit else self.large_batch_size
+
+    @property
+    def batch_size_rule(self) -> str:
+        return (f"batch {self.small_batch_size} when the subset has fewer than {self.small_subset_limit} examples, "
+                f"else {self.large_batch_size}")
+
+    def describe(self) -> str:
+        lr = f"{self.lr:.0e}".replace("e-0", "e-")
+        return (f"{self.epochs} epochs, AdamW lr {lr} (weight decay {self.weight_decay:g}, none on biases and "
+                f"LayerNorm), linear warm-up over {self.warmup_ratio:.0%} of the steps then linear decay, "
+                f"{self.batch_size_rule}, gradient clipping {self.gradient_clip:g}")
+
+
+SETTINGS = TransferSettings()
