@@ -28,7 +28,7 @@ from typing import Any, Sequence
 
 import torch
 
-from ..errors import DataError
+from ..errors import ConfigError, DataError
 from .taskdef import SplitSpec, TaskDef
 
 log = logging.getLogger(__name__)
@@ -280,6 +280,10 @@ def _source_digest(task: TaskDef, split: str, data_dir: Path) -> str | None:
     if spec.carve is not None:
         parent = _source_digest(task, spec.carve.from_split, data_dir)
         return parent and f"{parent}:carve:{spec.carve.size}:{spec.carve.seed}"
+    if spec.folds is not None:
+        parent = _source_digest(task, spec.folds.from_split, data_dir)
+        f = spec.folds
+        return parent and f"{parent}:folds:{f.k}:{f.fold}:{f.keep}:{f.seed}"
     digest = _file_digest(_file_path(task, split, data_dir))
     for other, other_spec in task.splits.items():
         if other_spec.carve is not None and other_spec.carve.from_split == split:
@@ -311,6 +315,27 @@ def _carved_positions(n: int, size: int, seed: int, source: str, task: str) -> l
     return torch.randperm(n, generator=generator)[:size].sort().values.tolist()
 
 
+def fold_strata(task: TaskDef, examples: Sequence["Example"]) -> list[int]:
+    """The stratum of each example for K-fold assignment: its class id (ranking: the correct candidate), or its
+    score rounded to an integer (regression; STS-B's 0..5)."""
+    return [int(round(ex.label)) if task.type == "regression" else int(ex.label) for ex in examples]
+
+
+def _fold_split(task: TaskDef, split: str, data_dir: Path) -> RawSplit:
+    from .subsets import fold_assignment
+
+    f = task.splits[split].folds
+    parent = load_split(task, f.from_split, data_dir)
+    try:
+        folds = fold_assignment(fold_strata(task, parent.examples), f.k, f.seed)
+    except ConfigError as err:
+        raise DataError(f"{parent.source}: task '{task.name}', split '{split}': {err}") from None
+    keep = [i for i, fold in enumerate(folds) if (fold == f.fold - 1) == (f.keep == "in")]
+    what = f"fold {f.fold} of {f.k}" if f.keep == "in" else f"all but fold {f.fold} of {f.k}"
+    return RawSplit(task.name, split, f"{parent.source} ({what})", "", [parent.examples[i] for i in keep],
+                    dropped=parent.dropped)
+
+
 def load_split(task: TaskDef, split: str, data_dir: Path) -> RawSplit:
     """Parse and validate one split of a task.
 
@@ -323,7 +348,9 @@ def load_split(task: TaskDef, split: str, data_dir: Path) -> RawSplit:
     if split not in task.splits:
         raise DataError(f"task '{task.name}' has no split '{split}' (splits: {', '.join(task.splits)})")
     spec = task.splits[split]
-    if spec.carve is not None:
+    if spec.folds is not None:
+        raw = _fold_split(task, split, data_dir)
+    elif spec.carve is not None:
         parent = _read_source(task, spec.carve.from_split, data_dir)
         keep = _carved_positions(len(parent.examples), spec.carve.size, spec.carve.seed, parent.source, task.name)
         examples = [parent.examples[i] for i in keep]

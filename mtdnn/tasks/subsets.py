@@ -1,4 +1,5 @@
-"""Seeded, stratified, nested training subsets for few-shot transfer (MT-DNN arXiv 1901.11504, section 4.4).
+"""Seeded, stratified subsets: nested training subsets for few-shot transfer (MT-DNN arXiv 1901.11504, section
+4.4), and the K folds of cross-fitted teachers (:func:`fold_assignment`).
 
 For each seed the training pool is put in one *stratified order*; the subset of size k is the first k examples
 of that order. So a smaller subset lies inside every larger one of the same seed, and every encoder fine-tuned
@@ -96,3 +97,33 @@ def check_sizes(sizes: Sequence[int], pool_size: int, num_classes: int, origin: 
 def class_counts(labels: Sequence[int], positions: Sequence[int]) -> Counter:
     """``{class id: count}`` of the examples at ``positions``."""
     return Counter(labels[i] for i in positions)
+
+
+def fold_assignment(strata: Sequence[int], k: int, seed: int) -> list[int]:
+    """Stratified K-fold assignment: the 0-based fold of each row, ``(N,)`` -> ``(N,)`` in ``range(k)``.
+
+    The rows of each stratum (in stratum order) are shuffled with a generator seeded by ``seed``, the strata are
+    concatenated, and the rows are dealt to folds round-robin. So every fold holds ``n_c / k`` rows of each
+    stratum c, rounded down or up, and fold sizes differ by at most one. Used for out-of-fold soft targets
+    (cross-fitting; stacked generalisation, Wolpert 1992): members trained without fold f produce the soft targets
+    of fold f.
+
+    Args:
+        strata: the stratum of each row (the class id; regression: the score rounded to an integer).
+        k: the number of folds, 2 <= k <= N.
+        seed: the assignment's seed.
+
+    Raises:
+        ConfigError: k < 2 or k larger than the number of rows.
+    """
+    if not 2 <= k <= len(strata):
+        raise ConfigError(f"cross_fit: {k} folds need 2 <= K <= the {len(strata)} training rows")
+    generator = torch.Generator().manual_seed(int(seed))
+    order: list[int] = []
+    for c in sorted(set(strata)):
+        rows = [i for i, s in enumerate(strata) if s == c]
+        order += [rows[j] for j in torch.randperm(len(rows), generator=generator).tolist()]
+    folds = [0] * len(strata)
+    for position, row in enumerate(order):
+        folds[row] = position % k
+    return folds

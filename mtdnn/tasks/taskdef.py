@@ -73,10 +73,35 @@ class CarveSource(_Strict):
     seed: int = 0
 
 
+def task_splits_source(splits: dict, split: str) -> str:
+    """Which source a split is read from: path, hub, carve or folds."""
+    spec = splits[split]
+    return next(k for k in ("path", "hub", "carve", "folds") if getattr(spec, k) is not None)
+
+
+class FoldSource(_Strict):
+    """A split made of K seeded folds of another split, stratified by label (regression: the score rounded to an
+    integer); see :func:`mtdnn.tasks.subsets.fold_assignment`. ``keep: in`` is fold ``fold`` (1-based) itself,
+    ``keep: out`` every other row: the training set of the members whose outputs on fold ``fold`` are its
+    out-of-fold soft targets (``cross_fit`` in a teacher spec writes these splits)."""
+
+    from_split: str
+    k: int = Field(ge=2)
+    fold: int = Field(ge=1)
+    keep: Literal["in", "out"]
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _fold_in_range(self) -> "FoldSource":
+        if self.fold > self.k:
+            raise ValueError(f"fold {self.fold} is not one of the {self.k} folds (1..{self.k})")
+        return self
+
+
 class SplitSpec(_Strict):
     """Where one split's rows come from and how its file is parsed.
 
-    Exactly one of ``path`` (a file under the data root), ``hub`` or ``carve`` is given.
+    Exactly one of ``path`` (a file under the data root), ``hub``, ``carve`` or ``folds`` is given.
     ``format``: tsv, csv or jsonl. ``header``: whether the first line names the columns; without one,
     ``columns`` names them. ``quoting``: ``none`` (GLUE tsv: a ``"`` is an ordinary character) or ``csv``
     (fields may be quoted); defaults to none for tsv and csv for csv. ``id``: a column holding each row's id
@@ -86,6 +111,7 @@ class SplitSpec(_Strict):
     path: str | None = None
     hub: HubSource | None = None
     carve: CarveSource | None = None
+    folds: FoldSource | None = None
     format: Literal["tsv", "csv", "jsonl"] = "tsv"
     header: bool = True
     columns: list[str] | None = None
@@ -95,9 +121,9 @@ class SplitSpec(_Strict):
 
     @model_validator(mode="after")
     def _one_source(self) -> "SplitSpec":
-        given = [k for k in ("path", "hub", "carve") if getattr(self, k) is not None]
+        given = [k for k in ("path", "hub", "carve", "folds") if getattr(self, k) is not None]
         if len(given) != 1:
-            raise ValueError(f"give exactly one of path, hub, carve (got {given or 'none'})")
+            raise ValueError(f"give exactly one of path, hub, carve, folds (got {given or 'none'})")
         if self.path is not None and self.format != "jsonl" and not self.header and not self.columns:
             raise ValueError("a file with header: false needs 'columns' (the column names, in order)")
         return self
@@ -187,6 +213,10 @@ class TaskDef(_Strict):
         for split, spec in self.splits.items():
             if spec.carve is not None and spec.carve.from_split not in self.splits:
                 raise ValueError(f"split '{split}' carves from unknown split '{spec.carve.from_split}'")
+            if spec.folds is not None and spec.folds.from_split not in self.splits:
+                raise ValueError(f"split '{split}' takes folds of unknown split '{spec.folds.from_split}'")
+            if spec.folds is not None and task_splits_source(self.splits, spec.folds.from_split) == "folds":
+                raise ValueError(f"split '{split}' takes folds of split '{spec.folds.from_split}', itself made of folds")
         return self
 
     @property
