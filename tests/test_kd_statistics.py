@@ -109,3 +109,34 @@ def test_paired_bootstrap_sees_a_real_difference_and_not_a_null_one():
     assert same["observed"] == 0 and same["low"] == 0 and same["high"] == 0
     # seeded: the same call gives the same interval
     assert paired_bootstrap("accuracy", better, worse, gold, resamples=2000, seed=0) == out
+
+
+def test_comparison_analysis_per_task_and_average():
+    from scipy import stats
+
+    from mtdnn.distillation.comparison import analyse, render_markdown
+
+    rng = np.random.default_rng(2)
+    gold = {"rte": rng.integers(0, 2, 200), "stsb": rng.uniform(0, 5, 150)}
+    metrics = {"rte": "accuracy", "stsb": "pearson"}
+    preds = {}
+    for arm, noise in (("distilled", 0.2), ("gold-only", 0.35)):
+        preds[arm] = {s: {"rte": np.where(rng.random(200) < 1 - noise, gold["rte"], 1 - gold["rte"]),
+                          "stsb": gold["stsb"] + rng.normal(0, 3 * noise, 150)} for s in (1, 2, 3)}
+    out = analyse(preds, gold, metrics, resamples=1000)
+    rte = out["tasks"]["rte"]
+    expected = [float((preds["distilled"][s]["rte"] == gold["rte"]).mean()) for s in (1, 2, 3)]
+    assert rte["distilled"]["per_seed"] == pytest.approx(expected)
+    other = [float((preds["gold-only"][s]["rte"] == gold["rte"]).mean()) for s in (1, 2, 3)]
+    ref = stats.ttest_rel(expected, other).confidence_interval(0.95)
+    assert rte["difference"]["low"] == pytest.approx(ref.low) and rte["difference"]["high"] == pytest.approx(ref.high)
+    stsb_a = [stats.pearsonr(preds["distilled"][s]["stsb"], gold["stsb"])[0] for s in (1, 2, 3)]
+    assert out["tasks"]["stsb"]["distilled"]["per_seed"] == pytest.approx(stsb_a)
+    avg = out["average"]
+    assert avg["distilled"]["per_seed"] == pytest.approx([(x + y) / 2 for x, y in zip(expected, stsb_a)])
+    assert avg["bootstrap"]["low"] <= avg["bootstrap"]["observed"] <= avg["bootstrap"]["high"]
+    assert avg["bootstrap"]["low"] > 0  # a large, real difference
+    table = render_markdown(out)
+    assert "| rte | accuracy |" in table and "| **average** |" in table
+    with pytest.raises(ValueError, match="different seeds"):
+        analyse({"distilled": preds["distilled"], "gold-only": {1: preds["gold-only"][1]}}, gold, metrics)

@@ -1,0 +1,138 @@
+"""The paired comparison of MT-DNN-KD's claim: a student trained on soft targets against the same student trained on
+gold labels only, seed for seed (``python -m mtdnn.distill TEACHERS STUDENT --seeds 5 --baseline gold-only``).
+
+Both arms start from the same multi-task run's best checkpoint and run the same optimizer steps with the same
+seeds (schedule, data order, dropout masks); the only difference is alpha (the spec's for the distilled arm, 0 for
+the gold-only one). The analysis is fixed in advance (:mod:`mtdnn.distillation.paired`): per task and for the
+average over tasks (each task's first metric), each arm's mean +- sd over seeds, the paired t-interval (95%) of
+the per-seed differences, and a paired bootstrap over dev examples (10,000 resamples, seeded); the teachers'
+members' mean and the ensemble beside them.
+
+Every number is recomputed from the runs' per-example dev predictions (their exports, run once over dev), so the
+bootstrap and the per-seed scores come from the same predictions.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from .paired import BOOTSTRAP_RESAMPLES, paired_bootstrap, resampled_metric, t_interval
+
+DISTILLED, GOLD_ONLY = "distilled", "gold-only"
+
+
+def predictions_of(task_type: str, outputs: np.ndarray) -> np.ndarray:
+    """Per-example predictions from model outputs ``(n, outputs)``: class (or candidate) ids, or scores."""
+    outputs = np.asarray(outputs)
+    if task_type == "regression":
+        return outputs.reshape(len(outputs))
+    return outputs.argmax(-1)
+
+
+def score(metric: str, predictions: np.ndarray, gold: np.ndarray) -> float:
+    """``metric`` of ``predictions`` on the whole set (the same code the bootstrap resamples)."""
+    return float(resampled_metric(metric, predictions, gold, np.arange(len(gold))[None, :])[0])
+
+
+def _mean_sd(values: list[float]) -> dict:
+    return {"mean": float(np.mean(values)), "sd": float(np.std(values, ddof=1)) if len(values) > 1 else math.nan,
+            "per_seed": values}
+
+
+def _average_bootstrap(tasks: dict[str, dict], resamples: int, seed: int, chunk: int = 250) -> dict:
+    """Paired bootstrap of the average over tasks: each task's dev examples resampled independently, the same
+    draw for both arms and every seed; the statistic is the seed-averaged difference of the task-averaged score."""
+    rng = np.random.default_rng(seed)
+    observed = float(np.mean([t["difference"]["mean"] for t in tasks.values()]))
+    diffs = []
+    for start in range(0, resamples, chunk):
+        r = min(chunk, resamples - start)
+        total = np.zeros(r)
+        for t in tasks.values():
+            gold = t["gold"]
+            index = rng.integers(0, len(gold), size=(r, len(gold)))
+            per_seed = [resampled_metric(t["metric"], a, gold, index) - resampled_metric(t["metric"], b, gold, index)
+                        for a, b in zip(t["arm_a"], t["arm_b"])]
+            total += np.mean(per_seed, axis=0)
+        diffs.append(total / len(tasks))
+    d = np.concatenate(diffs)
+    return {"observed": observed, "low": float(np.percentile(d, 2.5)), "high": float(np.percentile(d, 97.5)),
+            "p_not_better": float((d <= 0).mean()), "resamples": resamples, "seed": seed}
+
+
+def analyse(predictions: dict[str, dict[int, dict[str, np.ndarray]]], gold: dict[str, np.ndarray],
+            metrics: dict[str, str], arm_a: str = DISTILLED, arm_b: str = GOLD_ONLY,
+            resamples: int = BOOTSTRAP_RESAMPLES, bootstrap_seed: int = 0) -> dict[str, Any]:
+    """The fixed analysis of a paired comparison.
+
+    Args:
+        predictions: ``{arm: {seed: {task: (n_task,) predictions}}}``; both arms have the same seeds.
+        gold: ``{task: (n_task,)}`` dev labels. metrics: ``{task: first metric}`` (a key of
+            :data:`mtdnn.distillation.paired.RESAMPLED_METRICS`).
+        arm_a, arm_b: the arms compared, difference = A - B.
+        resamples, bootstrap_seed: the paired bootstrap's settings.
+
+    Returns:
+        ``{"seeds", "arms", "tasks": {task: {metric, <arm>: mean/sd/per_seed, difference: t-interval,
+        bootstrap}}, "average": {...the same over the task average...}}``.
+
+    Raises:
+        ValueError: the arms were run with different seeds.
+    """
+    seeds = sorted(predictions[arm_a])
+    if seeds != sorted(predictions[arm_b]):
+        raise ValueError(f"the arms have different seeds ({seeds} against {sorted(predictions[arm_b])})")
+    out: dict[str, Any] = {"seeds": seeds, "arms": [arm_a, arm_b], "tasks": {}}
+    internal: dict[str, dict] = {}
+    for task, metric in metrics.items():
+        a = [predictions[arm_a][s][task] for s in seeds]
+        b = [predictions[arm_b][s][task] for s in seeds]
+        scores_a = [score(metric, p, gold[task]) for p in a]
+        scores_b = [score(metric, p, gold[task]) for p in b]
+        diff = t_interval([x - y for x, y in zip(scores_a, scores_b)])
+        out["tasks"][task] = {"metric": metric, "examples": int(len(gold[task])), arm_a: _mean_sd(scores_a),
+                              arm_b: _mean_sd(scores_b), "difference": diff,
+                              "bootstrap": paired_bootstrap(metric, a, b, gold[task], resamples, bootstrap_seed)}
+        internal[task] = {"metric": metric, "gold": gold[task], "arm_a": a, "arm_b": b, "difference": diff}
+    avg_a = [float(np.mean([out["tasks"][t][arm_a]["per_seed"][i] for t in metrics])) for i in range(len(seeds))]
+    avg_b = [float(np.mean([out["tasks"][t][arm_b]["per_seed"][i] for t in metrics])) for i in range(len(seeds))]
+    out["average"] = {arm_a: _mean_sd(avg_a), arm_b: _mean_sd(avg_b),
+                      "difference": t_interval([x - y for x, y in zip(avg_a, avg_b)]),
+                      "bootstrap": _average_bootstrap(internal, resamples, bootstrap_seed)}
+    return out
+
+
+def render_markdown(result: dict, teachers: dict | None = None, title: str = "Paired comparison") -> str:
+    """The comparison's table: per task and the average, each arm's mean +- sd, the paired difference with its
+    95% t-interval and bootstrap interval, and (with ``teachers``, a teacher report) the members' mean and the
+    ensemble."""
+    a, b = result["arms"]
+    f = lambda v: "nan" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.4f}"  # noqa: E731
+    lines = [f"# {title}", "",
+             f"Seeds {result['seeds']} per arm; the arms differ only in alpha. Difference = {a} - {b} on dev (each "
+             "task's first metric); t: paired 95% t-interval over seeds; bootstrap: 95% percentile interval of "
+             f"the seed-averaged difference over {result['average']['bootstrap']['resamples']} paired resamples of "
+             f"the dev examples (seed {result['average']['bootstrap']['seed']}), and the share of resamples with "
+             "difference <= 0.", "",
+             f"| task | metric | {a} | {b} | difference | t-interval | bootstrap | P(diff <= 0) |"
+             + (" members' mean | ensemble |" if teachers else ""),
+             "|---|---|---|---|---|---|---|---|" + ("---|---|" if teachers else "")]
+
+    def row(name, metric, r, teacher):
+        d, boot = r["difference"], r["bootstrap"]
+        cells = [name, metric, f"{f(r[a]['mean'])} ± {f(r[a]['sd'])}", f"{f(r[b]['mean'])} ± {f(r[b]['sd'])}",
+                 f(d["mean"]), f"[{f(d['low'])}, {f(d['high'])}]", f"[{f(boot['low'])}, {f(boot['high'])}]",
+                 f(boot["p_not_better"])]
+        if teachers:
+            cells += [f(teacher[0]) if teacher else "", f(teacher[1]) if teacher else ""]
+        return "| " + " | ".join(cells) + " |"
+
+    for name, r in result["tasks"].items():
+        t = (teachers or {}).get("tasks", {}).get(name)
+        lines.append(row(name, r["metric"], r, (t["mean"], t["ensemble"]["score"]) if t else None))
+    avg = (teachers or {}).get("average")
+    lines.append(row("**average**", "", result["average"], (avg["mean"], avg["ensemble"]) if avg else None))
+    return "\n".join(lines) + "\n"
