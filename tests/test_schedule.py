@@ -29,7 +29,7 @@ def test_plan_is_deterministic_and_reshuffled_each_epoch():
     assert a.plan(0) != a.plan(1)
     assert a.plan(0) != MultiTaskBatchSampler(SIZES, batch_size=16, seed=8).plan(0)
     a.set_epoch(1)
-    assert [[(t, r) for t, r, _ in batch] for batch in a] == [[(t, r) for r in rows] for t, rows in a.plan(1)]
+    assert [[(t, r) for t, r, *_ in batch] for batch in a] == [[(t, r) for r in rows] for t, rows in a.plan(1)]
 
 
 def test_temperature_sampling_matches_its_probabilities():
@@ -76,6 +76,7 @@ def test_ddp_shards_are_disjoint_same_task_and_padded_with_zero_weight():
         real = [k[1] for shard in shards for k in shard if k[2] > 0]
         assert sorted(real) == sorted(rows)
         assert len({len(shard) for shard in shards}) == 1
+        assert {k[3] for shard in shards for k in shard} == {len(rows)}  # every rank knows the global count
 
 
 def test_state_dict_resumes_mid_epoch():

@@ -203,13 +203,10 @@ class DistillationModule(MultiTaskModule):
             raise RuntimeError(f"a batch of distill task '{batch['task']}' has no teacher_logits "
                                "(use DistillationDataModule)")
         task = self.task_defs[batch["task"]]
-        weight = batch["weight"]
         # The normaliser of MultiTaskModule.task_loss: global real examples / world size (see mtdnn.modeling.losses).
-        real = self.trainer.strategy.reduce(weight.sum().detach(), reduce_op="sum") if self._trainer else weight.sum()
-        world = self.trainer.world_size if self._trainer else 1
-        normalizer = real.clamp(min=1.0) / world
-        loss = DISTILLATION_LOSSES[task.loss_name](outputs, batch["teacher_logits"], batch["labels"], weight,
-                                                   normalizer, self.hparams.temperature, self.hparams.alpha)
+        loss = DISTILLATION_LOSSES[task.loss_name](outputs, batch["teacher_logits"], batch["labels"], batch["weight"],
+                                                   self.loss_normalizer(batch), self.hparams.temperature,
+                                                   self.hparams.alpha)
         return task.loss_weight * loss
 
 

@@ -27,7 +27,9 @@ from typing import Iterator, Literal, Sequence
 import torch
 
 ScheduleName = Literal["proportional", "temperature", "uniform"]
-Key = tuple[int, int, float]  # (task index, row, weight); weight 0 marks a DDP padding copy
+# (task index, row, weight, global size): weight 0 marks a DDP padding copy; global size is the number of real
+# examples of the step on all ranks together (the same on every rank, so the loss needs no all-reduce).
+Key = tuple[int, int, float, int]
 
 MEGA_BATCH_FACTOR = 50
 
@@ -63,7 +65,7 @@ class TaskSize:
 
 
 class MultiTaskBatchSampler(torch.utils.data.Sampler):
-    """Yields, per optimizer step, one task's batch as a list of keys ``(task_index, row, weight)``.
+    """Yields, per optimizer step, one task's batch as a list of keys ``(task_index, row, weight, global_size)``.
 
     ``batch_size`` is the global batch: with ``world_size`` ranks, rank r takes rows ``r, r + W, ...`` of each
     global batch, padded with weight-0 copies so that every rank has ``ceil(len / W)`` rows (the copies are
@@ -146,7 +148,7 @@ class MultiTaskBatchSampler(torch.utils.data.Sampler):
         for step in range(start, len(plan)):
             task, rows = plan[step]
             self.position = step + 1
-            yield [(task, r, w) for r, w in self.shard(rows)]
+            yield [(task, r, w, len(rows)) for r, w in self.shard(rows)]
 
     def state_dict(self) -> dict:
         return {"epoch": self.epoch, "position": self.position}

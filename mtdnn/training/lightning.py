@@ -25,7 +25,10 @@ from ..tasks.taskdef import TaskDef
 
 
 class MultiTaskTrainSet(torch.utils.data.Dataset):
-    """Indexes several tasks' training splits by the schedule's keys ``(task_index, row, weight)``."""
+    """Indexes several tasks' training splits by the schedule's keys ``(task_index, row, weight, global_size)``.
+
+    ``global_size`` (the step's real examples on all ranks together) is optional: 3-tuples are accepted.
+    """
 
     def __init__(self, splits: list[TokenizedSplit]):
         self.splits = splits
@@ -33,22 +36,63 @@ class MultiTaskTrainSet(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return sum(len(s) for s in self.splits)
 
-    def __getitem__(self, key: tuple[int, int, float]) -> dict[str, Any]:
-        task, row, weight = key
+    def __getitem__(self, key: tuple) -> dict[str, Any]:
+        task, row, weight = key[:3]
         item = self.splits[task][row]
         item["task_index"], item["weight"] = task, weight
+        if len(key) > 3:
+            item["global_examples"] = key[3]
         return item
 
 
 class TaskCollator:
-    """``collate_fn`` for batches that hold one task each (the task is read from the items or fixed)."""
+    """``collate_fn`` for batches that hold one task each (the task is read from the items or fixed).
 
-    def __init__(self, tasks: list[TaskDef], pad_token_id: int, pad_to_multiple_of: int = 1):
+    Besides :func:`~mtdnn.tasks.data.collate`'s tensors the batch holds two Python ints counted on the host,
+    so that the training step needs no host-device synchronisation: ``examples`` (this rank's real rows) and,
+    for scheduled training batches, ``global_examples`` (the step's real rows on all ranks, from the schedule).
+
+    With ``length_buckets`` (ascending lengths), each batch is padded to the shortest bucket that holds its
+    longest sequence: a compiled encoder then sees a bounded set of sequence lengths (see :func:`bucket_length`).
+    """
+
+    def __init__(self, tasks: list[TaskDef], pad_token_id: int, pad_to_multiple_of: int = 1,
+                 length_buckets: list[int] | None = None):
         self.tasks, self.pad_token_id, self.pad_to_multiple_of = tasks, pad_token_id, pad_to_multiple_of
+        self.length_buckets = length_buckets
 
     def __call__(self, features: list[dict[str, Any]]) -> dict:
         task = self.tasks[features[0].get("task_index", 0)]
-        return collate(features, task, self.pad_token_id, self.pad_to_multiple_of)
+        batch = collate(features, task, self.pad_token_id, self.pad_to_multiple_of)
+        if self.length_buckets:
+            batch = pad_to_bucket(batch, self.length_buckets, self.pad_token_id)
+        batch["examples"] = sum(1 for f in features if f.get("weight", 1.0) > 0)
+        if "global_examples" in features[0]:
+            batch["global_examples"] = int(features[0]["global_examples"])
+        return batch
+
+
+def bucket_length(length: int, buckets: list[int]) -> int:
+    """The shortest of the ascending ``buckets`` that is at least ``length`` (``length`` itself if none is)."""
+    for bucket in buckets:
+        if bucket >= length:
+            return bucket
+    return length
+
+
+def pad_to_bucket(batch: dict, buckets: list[int], pad_token_id: int) -> dict:
+    """Pad ``input_ids``, ``attention_mask`` and ``token_type_ids`` ``(rows, seq_len)`` on the right to
+    :func:`bucket_length` ``(seq_len)`` (pad token, mask 0, segment 0); other entries are kept."""
+    seq_len = batch["input_ids"].shape[1]
+    extra = bucket_length(seq_len, buckets) - seq_len
+    if extra <= 0:
+        return batch
+    pad = torch.nn.functional.pad
+    batch["input_ids"] = pad(batch["input_ids"], (0, extra), value=pad_token_id)
+    batch["attention_mask"] = pad(batch["attention_mask"], (0, extra), value=0)
+    if "token_type_ids" in batch:
+        batch["token_type_ids"] = pad(batch["token_type_ids"], (0, extra), value=0)
+    return batch
 
 
 class ScheduledDataLoader(DataLoader):
@@ -85,18 +129,22 @@ class MultiTaskDataModule(pl.LightningDataModule):
         limit_train_examples: keep the first N rows of each task's train split (None: all).
         max_length: overrides every task's ``max_length`` when given.
         pad_to_multiple_of: pad sequence length to a multiple (8 suits tensor cores).
+        length_buckets: pad each batch to the shortest of these ascending lengths that holds it (a bounded set
+            of shapes for a compiled encoder); None: no buckets.
     """
 
     def __init__(self, tasks: dict[str, TaskDef], data_dir: Path, tokenizer, batch_size: int = 32,
                  eval_batch_size: int = 64, schedule: str = "proportional", temperature: float = 1.0,
                  seed: int = 0, limit_train_examples: int | None = None, max_length: int | None = None,
-                 pad_to_multiple_of: int = 1, num_workers: int = 0):
+                 pad_to_multiple_of: int = 1, num_workers: int = 0, length_buckets: list[int] | None = None):
         super().__init__()
         self.tasks, self.data_dir, self.tokenizer = tasks, data_dir, tokenizer
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
         self.schedule, self.temperature, self.seed = schedule, temperature, seed
         self.limit_train_examples, self.max_length = limit_train_examples, max_length
         self.pad_to_multiple_of, self.num_workers = pad_to_multiple_of, num_workers
+        self.length_buckets = sorted(length_buckets) if length_buckets else None
+        self.mark_shapes = False  # set for a compiled encoder with length buckets (see mtdnn.training.speed)
         self.train_sets: list[TokenizedSplit] = []
         self.dev_sets: dict[str, TokenizedSplit] = {}
         self.train_sampler: MultiTaskBatchSampler | None = None
@@ -133,7 +181,7 @@ class MultiTaskDataModule(pl.LightningDataModule):
         self._rank, self._world = rank, world
 
     def _collator(self, tasks: list[TaskDef]) -> TaskCollator:
-        return TaskCollator(tasks, self.tokenizer.pad_token_id or 0, self.pad_to_multiple_of)
+        return TaskCollator(tasks, self.tokenizer.pad_token_id or 0, self.pad_to_multiple_of, self.length_buckets)
 
     def _processed_batches(self) -> int:
         return self.trainer.fit_loop.epoch_loop.batch_progress.current.processed
@@ -145,6 +193,13 @@ class MultiTaskDataModule(pl.LightningDataModule):
                                    num_workers=self.num_workers, generator=torch.Generator().manual_seed(self.seed),
                                    progress=self._processed_batches if self.trainer else None)
 
+    def on_after_batch_transfer(self, batch: dict, dataloader_idx: int) -> dict:
+        if self.mark_shapes:
+            from .speed import mark_bucketed_shapes
+
+            return mark_bucketed_shapes(batch)
+        return batch
+
     def val_dataloader(self) -> list[DataLoader]:
         return [DataLoader(self.dev_sets[name],
                            batch_sampler=EvalBatchSampler(self.dev_sets[name].lengths, self.eval_batch_size,
@@ -155,6 +210,10 @@ class MultiTaskDataModule(pl.LightningDataModule):
 
 
 # ------------------------------------------------------------------------------------------------------ model
+
+
+class TrainingDiverged(RuntimeError):
+    """A non-finite loss or gradient norm was seen during training (see :meth:`MultiTaskModule.check_finite`)."""
 
 
 def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
@@ -206,22 +265,89 @@ class MultiTaskModule(pl.LightningModule):
         if sampler is not None:
             sampler.set_epoch(self.current_epoch)
 
+    def loss_normalizer(self, batch: dict) -> float | torch.Tensor:
+        """The normaliser of :mod:`mtdnn.modeling.losses`: the step's real examples on all ranks / world size.
+
+        Scheduled batches carry that count (``global_examples``, from the schedule, the same on every rank), so
+        no all-reduce and no host-device synchronisation is needed; other batches (a bare module, hand-made
+        batches) fall back to this rank's ``weight.sum()`` on one process.
+        """
+        world = self.trainer.world_size if self._trainer else 1
+        if "global_examples" in batch:
+            return max(int(batch["global_examples"]), 1) / world
+        if world > 1:
+            raise RuntimeError("a training batch without global_examples under DDP (use MultiTaskDataModule)")
+        return batch["weight"].sum().clamp(min=1.0)
+
     def task_loss(self, batch: dict, outputs: torch.Tensor) -> torch.Tensor:
         """The task's loss, normalised by the global number of real examples (see :mod:`mtdnn.modeling.losses`)."""
         task = self.task_defs[batch["task"]]
-        weight = batch["weight"]
-        real = self.trainer.strategy.reduce(weight.sum().detach(), reduce_op="sum") if self._trainer else weight.sum()
-        world = self.trainer.world_size if self._trainer else 1
-        normalizer = real.clamp(min=1.0) / world
-        return task.loss_weight * LOSSES[task.loss_name](outputs, batch["labels"], weight, normalizer)
+        return task.loss_weight * LOSSES[task.loss_name](outputs, batch["labels"], batch["weight"],
+                                                         self.loss_normalizer(batch))
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        """One task's batch: forward, loss, logging. No host-device synchronisation happens here: the logged
+        batch size is counted on the host by the collator, and a non-finite loss only sets a device-side flag
+        (read at logging intervals and before checkpoints, see :meth:`check_finite`)."""
         loss = self.task_loss(batch, self(batch))
-        size = int(batch["weight"].sum().item())
-        self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=size)
+        self.flag_nonfinite(loss)
+        size = batch.get("examples", len(batch["weight"]))
+        self.log("train/loss", loss, on_step=True, on_epoch=True, batch_size=size)
         self.log(f"train/{batch['task']}_loss", loss, on_step=False, on_epoch=True, batch_size=size)
         self.step_log.append((self.current_epoch, batch["task"]))
         return loss
+
+    # -- non-finite detection: a flag on the device, read by the host only at logging and checkpoint time -------
+
+    def flag_nonfinite(self, value: torch.Tensor) -> None:
+        """OR ``not isfinite(value)`` (a scalar tensor) into the device-side flag, without synchronising."""
+        bad = ~torch.isfinite(value.detach())
+        if getattr(self, "_nonfinite", None) is None or self._nonfinite.device != bad.device:
+            self._nonfinite = torch.zeros((), dtype=torch.bool, device=bad.device)
+        self._nonfinite.logical_or_(bad)
+
+    def check_finite(self, when: str) -> None:
+        """Read the flag (one synchronisation) and stop training if a loss or gradient norm was non-finite.
+
+        Raises:
+            TrainingDiverged: the flag is set; ``when`` says at which point it was read.
+        """
+        flag = getattr(self, "_nonfinite", None)
+        if flag is not None and bool(flag):
+            step = self.trainer.global_step if self._trainer else None
+            raise TrainingDiverged(f"training diverged: a non-finite loss or gradient norm was seen at or before "
+                                   f"optimizer step {step} (read {when}); lower --lr, keep --gradient-clip on, or "
+                                   f"use a wider --precision")
+
+    def on_train_batch_end(self, outputs, batch: dict, batch_idx: int) -> None:
+        if self.trainer.global_step % max(1, self.trainer.log_every_n_steps) == 0:
+            self.check_finite("at a logging interval")
+
+    def on_train_end(self) -> None:
+        self.check_finite("at the end of training")
+
+    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
+        """Clip the gradient norm with ``torch.nn.utils.clip_grad_norm_`` and flag a non-finite norm.
+
+        Called by Lightning after backward (and, under ``16-mixed``, after the gradient scaler has unscaled the
+        gradients, which is why that precision keeps a non-fused optimizer). Calling ``clip_grad_norm_``
+        directly, rather than Lightning's ``clip_gradients``, lets a fused AdamW be clipped under ``bf16-mixed``
+        (Lightning's mixed-precision plugin refuses any fused optimizer). The total norm, which clipping
+        computes anyway, feeds the non-finite flag; with a gradient scaler, non-finite gradients are expected
+        (the scaler skips that step and lowers its scale), so only the loss is flagged there.
+        """
+        if gradient_clip_algorithm not in (None, "norm"):
+            return self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+        params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        if not params:
+            return None
+        if gradient_clip_val:
+            norm = torch.nn.utils.clip_grad_norm_(params, float(gradient_clip_val), foreach=True)
+        else:
+            norm = torch.nn.utils.get_total_norm([p.grad for p in params], foreach=True)
+        if getattr(self.trainer.precision_plugin, "scaler", None) is None:
+            self.flag_nonfinite(norm)
+        return None
 
     def validation_step(self, batch: dict, batch_idx: int, dataloader_idx: int = 0) -> None:
         task = self.task_defs[batch["task"]]
@@ -244,8 +370,9 @@ class MultiTaskModule(pl.LightningModule):
         from transformers import get_linear_schedule_with_warmup
 
         groups = parameter_groups(self.model, self.hparams.weight_decay)
-        # Fused AdamW where available; not under fp16 AMP, whose gradient scaler cannot clip a fused optimizer.
-        fused = "16-mixed" not in str(self.trainer.precision) or "bf16" in str(self.trainer.precision)
+        # Fused AdamW (one kernel for all parameters) wherever there is no gradient scaler; under 16-mixed the
+        # scaler must unscale the gradients before clipping, which a fused optimizer would do inside step().
+        fused = getattr(self.trainer.precision_plugin, "scaler", None) is None
         try:
             optimizer = torch.optim.AdamW(groups, lr=self.hparams.lr, fused=fused or None)
         except (RuntimeError, ValueError):  # fused kernels not available for this device or dtype
@@ -267,6 +394,7 @@ class MultiTaskModule(pl.LightningModule):
         return min(total, self.trainer.max_steps) if self.trainer.max_steps > 0 else total
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
+        self.check_finite("before saving a checkpoint")  # raising here keeps the previous checkpoint file
         checkpoint["mtdnn"] = {"dev_history": self.dev_history, "step_log": [list(s) for s in self.step_log],
                                "rng": rng_state()}
 

@@ -108,7 +108,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trust-remote-code", action="store_true",
                    help="allow encoders with custom code from the hub (off by default)")
     add_trainer_args(p)
+    add_speed_args(p)
     return p
+
+
+def add_speed_args(parser: argparse.ArgumentParser) -> None:
+    """Speed flags of training (see :mod:`mtdnn.training.speed`); all off by default."""
+    from .speed import SDPA_BACKENDS, parse_buckets
+
+    def buckets(text: str) -> list[int]:
+        try:
+            return parse_buckets(text)
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+
+    g = parser.add_argument_group("speed (see the README's GPU section)")
+    g.add_argument("--length-buckets", type=buckets, default=None, metavar="L1,L2,...",
+                   help="pad every batch to the shortest of these lengths that holds it: with --compile, one graph "
+                        "per bucket (e.g. 32,64,96,128)")
+    g.add_argument("--cuda-graphs", action="store_true",
+                   help="record CUDA graphs per bucket (GPU; needs --compile inductor and --length-buckets)")
+    g.add_argument("--sdpa-backend", choices=SDPA_BACKENDS, default="auto",
+                   help="attention kernels: efficient = flash/memory-efficient, never cuDNN (no plan per shape)")
 
 
 def default_output_dir(task_defs: str, tasks: list[str], seed: int) -> Path:
@@ -128,6 +149,35 @@ def check_trainer_flags(flags: argparse.Namespace) -> None:
                           precision=flags.precision, num_nodes=flags.num_nodes)
 
 
+PRECISIONS = ("32-true", "bf16-mixed", "bf16-true", "16-mixed", "16-true", "64-true")
+
+
+def _build_trainer(**flags) -> None:
+    import pytorch_lightning as pl
+
+    kwargs = {**flags, "strategy": trainer_strategy(flags.get("strategy", "auto"))}
+    pl.Trainer(**kwargs, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+               enable_model_summary=False)
+
+
+def valid_precisions(**flags) -> list[str]:
+    """The :data:`PRECISIONS` that Lightning accepts together with the other ``flags`` (accelerator, devices...)."""
+    valid = []
+    logging.disable(logging.INFO)  # Lightning announces each Trainer it builds
+    try:
+        with warnings.catch_warnings():  # and warns of the precisions it substitutes
+            warnings.simplefilter("ignore")
+            for precision in PRECISIONS:
+                try:
+                    _build_trainer(**{**flags, "precision": precision})
+                    valid.append(precision)
+                except Exception:  # noqa: BLE001 - any refusal means "not valid here"
+                    pass
+    finally:
+        logging.disable(logging.NOTSET)
+    return valid
+
+
 def check_lightning_flags(**flags) -> None:
     """Build (and drop) a Trainer from Lightning flags, so that a bad one fails before any file is written.
 
@@ -136,17 +186,20 @@ def check_lightning_flags(**flags) -> None:
             ``num_nodes``); those given are quoted in the error.
 
     Raises:
-        ConfigError: Lightning rejects the combination.
+        ConfigError: Lightning rejects the combination; when the precision is what it refuses, the message
+            names the precisions it accepts with the other flags.
     """
-    import pytorch_lightning as pl
-
-    kwargs = {**flags, "strategy": trainer_strategy(flags.get("strategy", "auto"))}
     try:
-        pl.Trainer(**kwargs, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                   enable_model_summary=False)
+        _build_trainer(**flags)
     except Exception as err:  # Lightning raises MisconfigurationException, ValueError, RuntimeError, ...
         shown = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in flags.items() if k != "num_nodes")
-        raise ConfigError(f"Lightning rejects {shown}: {err}") from None
+        message = f"Lightning rejects {shown}: {err}"
+        if "precision" in flags:
+            others = {k: v for k, v in flags.items() if k != "precision"}
+            valid = valid_precisions(**others)
+            if valid and flags["precision"] not in valid:
+                message += f"; valid precisions here: {', '.join(valid)}"
+        raise ConfigError(message) from None
 
 
 def trainer_strategy(name: str):
@@ -202,6 +255,8 @@ def copy_matching_heads(model, export_dir: Path, tasks: dict[str, TaskDef]) -> l
 
 
 FAULT_ENV = "MTDNN_FAULT_AT_STEP"
+
+DIVERGED_EXIT_CODE = 3  # training stopped on a non-finite loss or gradient norm (2 is bad input)
 
 
 TRACE_ENV = "MTDNN_TRACE_DIR"
@@ -291,6 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     from .lightning import MultiTaskDataModule, MultiTaskModule
     from ..modeling.model import load_tokenizer
     from .runs import CONFIG_FILE, prepare_run_dir, write_atomic
+    from .speed import check_speed_flags, compile_encoder, set_sdpa_backend
 
     # 1. Validate everything that can be wrong before creating anything.
     all_tasks = load_task_defs(args.task_defs)
@@ -315,6 +371,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.weight_decay < 0 or args.gradient_clip < 0:
         raise ConfigError("--weight-decay and --gradient-clip must not be negative")
     check_trainer_flags(args)
+    check_speed_flags(buckets=args.length_buckets, compile_backend=args.compile, cuda_graphs=args.cuda_graphs,
+                      accelerator=args.accelerator, longest=args.max_length or max(t.max_length for t in tasks.values()),
+                      pad_to_multiple_of=args.pad_to_multiple_of)
     data_dir = resolve_data_dir(args.data_dir)
     for task in tasks.values():
         check_files(task, [s for s in ("train", "dev") if s in task.splits], data_dir)
@@ -344,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
                                      temperature=args.temperature if args.schedule == "temperature" else 1.0,
                                      seed=args.seed, limit_train_examples=args.limit_train_examples,
                                      max_length=args.max_length, pad_to_multiple_of=args.pad_to_multiple_of,
-                                     num_workers=args.num_workers)
+                                     num_workers=args.num_workers, length_buckets=args.length_buckets)
     run_dir = Path(args.output_dir) if args.output_dir else default_output_dir(args.task_defs, list(tasks), args.seed)
     resume_from = check_resumable(run_dir, args) if args.resume else None
     if is_global_zero():
@@ -355,9 +414,11 @@ def main(argv: list[str] | None = None) -> int:
                       "data_dir": str(data_dir), "encoder": encoder,
                       "tasks": {n: t.to_plain() for n, t in tasks.items()}}
             write_atomic(run_dir / CONFIG_FILE, yaml.safe_dump(config, sort_keys=False))
+    set_sdpa_backend(args.sdpa_backend)
     if args.compile:
         # Module.compile works in place: no OptimizedModule wrapper, so no "_orig_mod." in checkpoint keys.
-        module.model.encoder.compile(backend=args.compile)
+        compile_encoder(module.model.encoder, args.compile, args.length_buckets, args.cuda_graphs)
+        datamodule.mark_shapes = bool(args.length_buckets)
 
     # 2. Train, export the best epoch, write schedule.json and (last) metrics.json.
     source_encoder = args.encoder
@@ -387,14 +448,16 @@ def fit_and_export(module, datamodule, tasks: dict[str, TaskDef], tokenizer, run
     ``metrics.json``. ``trainer_flags`` carries the Lightning options of :func:`add_trainer_args`.
 
     Returns:
-        ``(exit code, metrics summary)``: 130/143 and None when interrupted (Ctrl-C/SIGTERM), 0 and None on
-        ranks other than 0.
+        ``(exit code, metrics summary)``: 130/143 and None when interrupted (Ctrl-C/SIGTERM), 3
+        (``DIVERGED_EXIT_CODE``) and None when a non-finite loss or gradient norm stopped training (the last
+        checkpoint saved before it is kept), 0 and None on ranks other than 0.
     """
     import pytorch_lightning as pl
     from pytorch_lightning.callbacks import ModelCheckpoint
     from pytorch_lightning.loggers import CSVLogger
 
     from .export import export_model
+    from .lightning import TrainingDiverged
     from .runs import (AtomicCheckpointIO, CHECKPOINT_DIR, EXPORT_DIR, METRICS_FILE, SCHEDULE_FILE,
                        load_checkpoint_file, write_json_atomic)
 
@@ -430,6 +493,12 @@ def fit_and_export(module, datamodule, tasks: dict[str, TaskDef], tokenizer, run
     except SystemExit:  # Lightning exits after a graceful shutdown on Ctrl-C or SIGTERM
         if not trainer.interrupted:
             raise
+    except TrainingDiverged as err:
+        last_path = run_dir / CHECKPOINT_DIR / "last.ckpt"
+        kept = (f"the last checkpoint before it is kept: {last_path}" if last_path.is_file()
+                else "no checkpoint had been saved before it")
+        print(f"error: {err}; {kept}; no metrics.json written", file=sys.stderr)
+        return DIVERGED_EXIT_CODE, None
     finally:
         signal.signal(signal.SIGINT, sigint)  # Lightning leaves SIGINT ignored after an interrupt
     if trainer.interrupted:
