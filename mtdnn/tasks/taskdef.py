@@ -152,7 +152,9 @@ class TaskDef(_Strict):
 
     Ranking tasks (MT-DNN's pairwise ranking formulation, arXiv 1901.11504 section 3) score each of the
     ``candidates`` columns against the ``text`` columns (joined with a space) and take a softmax over the
-    group; the ``label`` column holds the 0-based index of the correct candidate.
+    group; the ``label`` column holds the 0-based index of the correct candidate. A ranking task may have no
+    ``text`` columns (``text: []``): each candidate is then scored alone (a candidates-only baseline, such as
+    Niven and Kao's warrants-only ARCT).
 
     ``drop_labels`` lists label values that mark a row as having no gold label, such as SNLI's ``-`` (no
     annotator majority; ``-1`` in the Hugging Face copy). Such rows are removed when the file is read, and
@@ -162,7 +164,7 @@ class TaskDef(_Strict):
     name: str
     type: TaskType
     splits: dict[str, SplitSpec]
-    text: list[str] = Field(min_length=1, max_length=2)
+    text: list[str] = Field(max_length=2)
     candidates: list[str] | None = None
     label: str
     labels: list[str] | None = None
@@ -192,6 +194,8 @@ class TaskDef(_Strict):
                 raise ValueError("a classification task needs 'labels' with at least two names")
             if len(set(self.labels)) != len(self.labels):
                 raise ValueError(f"'labels' has duplicates: {self.labels}")
+        if not self.text and self.type != "ranking":
+            raise ValueError("'text' needs one column (single sentence) or two (premise, hypothesis)")
         if self.type == "ranking":
             if not self.candidates or len(self.candidates) < 2:
                 raise ValueError("a ranking task needs 'candidates' with at least two columns")
