@@ -3,6 +3,7 @@
 import csv
 import json
 import math
+import re
 import tracemalloc
 from pathlib import Path
 
@@ -63,6 +64,8 @@ def test_warrant_cues_hand_computed():
     assert stats["not"].productivity == pytest.approx(2 / 3) and stats["not"].coverage == pytest.approx(3 / 4)
     assert "good" not in stats and "is" not in stats  # in both warrants
     assert (stats["y"].productivity, stats["x"].productivity) == (1.0, 0.0)
+    either = cues.warrant_cue_stats(examples, 1, applicability="any")["not"]  # also the point with "not" twice
+    assert (either.applicability, either.productive, either.productivity, either.coverage) == (4, 2, 0.5, 1.0)
     bigrams = cues.warrant_cue_stats(examples, 2)
     assert bigrams["is not"].applicability == 1 and bigrams["is not"].productivity == 1.0
     assert bigrams["do not"].productivity == 0.0 and bigrams["do not"].coverage == 0.25
@@ -82,6 +85,17 @@ def test_hypothesis_cues_and_pmi_hand_computed():
     assert raw["sleeps"].pmi["entailment"] == -math.inf
     smoothed = cues.hypothesis_cue_stats(examples, labels, 1, smoothing=1)  # 6 cues x 3 labels, +1 each
     assert smoothed["sleeps"].pmi["contradiction"] == pytest.approx(math.log(3 * 30 / (5 * 12)))
+
+
+@pytest.mark.data
+def test_niven_and_kao_not_cue_is_reproduced_within_0_02(data_dir):
+    """Their Table 2: "not" has productivity 0.61 and coverage 0.64 (train, dev and test pooled)."""
+    task = ARCT["arct"]
+    pooled = [ex for split in ("train", "dev", "test") for ex in load_split(task, split, data_dir).examples]
+    paper = cues.warrant_cue_stats(pooled, 1, negation_as_not=True, applicability="any")["not"]
+    assert abs(paper.productivity - 0.61) <= 0.02 and abs(paper.coverage - 0.64) <= 0.02
+    stated = cues.warrant_cue_stats(pooled, 1)["not"]  # eq. 1 as written, "n't" apart: a third of the points
+    assert 0.3 < stated.coverage < 0.4
 
 
 @pytest.mark.data
@@ -333,8 +347,6 @@ def test_report_has_every_applicable_section_with_relative_links(run_dir, data_d
     assert "Adversarial ARCT: `rte`" not in text and "HANS: `arct`" not in text
     assert "| lexical_overlap |" in text and "| claim-negated |" in text and "| hypothesis-only" in text
     assert "python -m mtdnn.diagnose partial-input --task arct --input warrants" in text  # none given for arct
-    import re
-
     links = re.findall(r"\]\(([^)]+)\)", text)
     assert {"diagnose-hans-rte.png", "diagnose-arct-arct.png", "diagnose-hans-rte.json",
             "diagnose-cues-arct.json"} <= set(links)

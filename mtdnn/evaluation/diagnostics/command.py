@@ -48,6 +48,8 @@ def _cue_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--cue", type=task_list, default=["not", "n't", "no"], help="cues always listed, comma-separated")
     g.add_argument("--smoothing", type=float, default=100.0, help="add-s smoothing of PMI (Gururangan et al.: 100)")
     g.add_argument("--negation-as-not", action="store_true", help="count the contraction n't as the cue 'not'")
+    g.add_argument("--applicability", choices=["exclusive", "any"], default="exclusive",
+                   help="warrant cues: in exactly one warrant (Niven and Kao's eq. 1) or in either")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -146,7 +148,8 @@ def _cue_settings(args):
     from .cues import CueSettings
 
     return CueSettings(top=args.top, min_applicability=args.min_applicability, cues=args.cue,
-                       smoothing=args.smoothing, negation_as_not=args.negation_as_not)
+                       smoothing=args.smoothing, negation_as_not=args.negation_as_not,
+                       applicability=args.applicability)
 
 
 def _hans(args) -> int:

@@ -80,18 +80,25 @@ class CueStat:
     pmi: dict[str, float] = field(default_factory=dict)
 
 
-def warrant_cue_stats(examples: Sequence[Example], ngram: int = 1, negation_as_not: bool = False
-                      ) -> dict[str, CueStat]:
+def warrant_cue_stats(examples: Sequence[Example], ngram: int = 1, negation_as_not: bool = False,
+                      applicability: str = "exclusive") -> dict[str, CueStat]:
     """Niven and Kao's applicability, productivity and coverage of every cue of two-candidate examples.
 
     Args:
         examples: ranking examples with ``candidates`` (exactly two texts) and ``label`` (0 or 1, the correct one).
         ngram: 1 (unigram cues) or 2 (bigram cues).
         negation_as_not: count the contraction ``n't`` as the cue ``not`` (see :func:`cue_tokens`).
+        applicability: ``exclusive`` (eq. 1 as the paper states it: the cue is in exactly one warrant) or ``any``
+            (the cue is in either warrant; productivity still needs it in the correct warrant only). ``any``,
+            with ``negation_as_not`` on train+dev+test, gives the paper's Table 2 figures for "not" (coverage
+            0.64, productivity 0.61); ``exclusive`` gives coverage 0.35 (see the README).
 
     Raises:
-        ConfigError: an example does not have exactly two candidates, or has no label.
+        ConfigError: an example does not have exactly two candidates, or has no label; an unknown
+            ``applicability``.
     """
+    if applicability not in ("exclusive", "any"):
+        raise ConfigError(f"applicability {applicability!r}: expected exclusive or any")
     applicable: Counter[str] = Counter()
     productive: Counter[str] = Counter()
     for ex in examples:
@@ -100,10 +107,11 @@ def warrant_cue_stats(examples: Sequence[Example], ngram: int = 1, negation_as_n
                               f"line {ex.line})")
         first = cues_of(ex.candidates[0], ngram, negation_as_not)
         second = cues_of(ex.candidates[1], ngram, negation_as_not)
-        for cue in first ^ second:  # in one warrant but not the other
+        one_only = first ^ second  # in one warrant but not the other
+        for cue in one_only if applicability == "exclusive" else first | second:
             applicable[cue] += 1
-            holder = 0 if cue in first else 1
-            productive[cue] += holder == int(ex.label)
+        for cue in one_only:
+            productive[cue] += (0 if cue in first else 1) == int(ex.label)
     n = len(examples)
     return {cue: CueStat(cue, a, productive[cue], productive[cue] / a, a / n) for cue, a in applicable.items()}
 
@@ -180,13 +188,14 @@ def cue_kind(task: TaskDef) -> str:
 class CueSettings:
     """What :func:`cue_statistics` reports: ``top`` cues per table, among cues with ``min_applicability``
     examples; ``cues`` named cues always listed; ``smoothing`` for PMI; ``negation_as_not``: ``n't`` counts
-    as ``not``."""
+    as ``not``; ``applicability`` of warrant cues: ``exclusive`` or ``any`` (see :func:`warrant_cue_stats`)."""
 
     top: int = 10
     min_applicability: int = 10
     cues: list[str] = field(default_factory=lambda: ["not", "n't", "no"])
     smoothing: float = 100.0
     negation_as_not: bool = False
+    applicability: str = "exclusive"
 
 
 def cue_statistics(task: TaskDef, splits: Iterable[str], data_dir: Path, settings: CueSettings) -> dict:
@@ -202,8 +211,13 @@ def cue_statistics(task: TaskDef, splits: Iterable[str], data_dir: Path, setting
         ConfigError: see :func:`cue_kind`. DataError: a split is missing or malformed.
     """
     kind = cue_kind(task)
-    result = {"task": task.name, "kind": kind,
-              "definitions": WARRANT_DEFINITIONS if kind == "warrants" else HYPOTHESIS_DEFINITIONS,
+    definitions = dict(WARRANT_DEFINITIONS if kind == "warrants" else HYPOTHESIS_DEFINITIONS)
+    if kind == "warrants" and settings.applicability == "any":
+        definitions["applicability"] = ("data points where the cue occurs in either warrant (not eq. 1's 'one but "
+                                        "not the other': --applicability any)")
+        definitions["productivity"] = ("applicable data points where the cue is in the correct warrant only, "
+                                       "divided by applicability")
+    result = {"task": task.name, "kind": kind, "definitions": definitions,
               "settings": asdict(settings), "splits": {}}
     for split in splits:
         parts = [load_split(task, part, data_dir) for part in split.split("+")]
@@ -211,7 +225,7 @@ def cue_statistics(task: TaskDef, splits: Iterable[str], data_dir: Path, setting
         entry = {"n": len(examples), "source": " + ".join(raw.source for raw in parts)}
         for ngram, name in ((1, "unigram"), (2, "bigram")):
             if kind == "warrants":
-                stats = warrant_cue_stats(examples, ngram, settings.negation_as_not)
+                stats = warrant_cue_stats(examples, ngram, settings.negation_as_not, settings.applicability)
             else:
                 stats = hypothesis_cue_stats(examples, task.labels or [], ngram, settings.smoothing,
                                              settings.negation_as_not)

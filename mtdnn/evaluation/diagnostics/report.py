@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ...errors import ConfigError, DataError, UserError
 from ...fileio import write_atomic
+from .cues import CueSettings
 
 HANS, ARCT, CUES, PARTIAL = "HANS", "Adversarial ARCT", "Cue statistics", "Partial-input baselines"
 
@@ -33,7 +34,7 @@ class ReportInputs:
     label_map: dict[str, str] = field(default_factory=dict)
     adversarial: str = "arct_adversarial/dev-adv-negated.csv"
     partial_input: list[Path] = field(default_factory=list)
-    cue_settings: object = None
+    cue_settings: CueSettings | None = None
     device: str = "cpu"
     batch_size: int = 64
 
@@ -93,7 +94,7 @@ def _arct_section(loaded, name: str, inputs: ReportInputs, out: Path) -> list[st
 
 def _cue_section(loaded, name: str, inputs: ReportInputs, out: Path) -> list[str]:
     from ...fileio import write_json_atomic
-    from .cues import CueSettings, cue_statistics, format_cue_tables
+    from .cues import cue_statistics, format_cue_tables
 
     task = loaded.tasks[name]
     splits = [s for s in ("train", "dev") if s in task.splits]
@@ -106,9 +107,10 @@ def _cue_section(loaded, name: str, inputs: ReportInputs, out: Path) -> list[str
     return [format_cue_tables(result), f"Data: [{path.name}]({_link(path, out)})"]
 
 
-def _partial_section(name: str, inputs: ReportInputs, out: Path) -> list[str]:
+def _partial_section(task, inputs: ReportInputs, out: Path) -> list[str]:
     from .partial_input import format_partial_table
 
+    name = task.name
     lines = []
     for source in inputs.partial_input:
         try:
@@ -128,7 +130,7 @@ def _partial_section(name: str, inputs: ReportInputs, out: Path) -> list[str]:
             lines += [f"![Partial input]({target.with_suffix('.png').name})", ""]
         lines += [f"Data: [{target.name}]({target.name})", ""]
     if not lines:
-        kind = "warrants" if "ARCT" in name.upper() else "hypothesis"
+        kind = "warrants" if task.type == "ranking" else "hypothesis"
         lines = [f"No result given. They train models; make them with `python -m mtdnn.diagnose partial-input "
                  f"--task {name} --input {kind} --seeds 42,43,44` and pass the JSON with `--partial-input`."]
     return lines
@@ -162,7 +164,7 @@ def write_report(loaded, inputs: ReportInputs, output_dir: Path) -> tuple[Path, 
             elif section == CUES:
                 lines += _cue_section(loaded, name, inputs, output_dir)
             else:
-                lines += _partial_section(name, inputs, output_dir)
+                lines += _partial_section(task, inputs, output_dir)
             lines.append("")
     path = output_dir / "report.md"
     write_atomic(path, "\n".join(lines).rstrip() + "\n")
