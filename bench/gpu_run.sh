@@ -7,8 +7,9 @@
 # Then one device call from the repository root, carrying .gpu-carry (the tool's carry: [".gpu-carry"]):
 #     bash bench/gpu_run.sh                 # timeout_s 590: the benchmark stops itself after BENCH_TIMEOUT_S
 #     bash bench/gpu_run.sh --cuda-graphs --length-buckets 32,64,96,128 --cases bert-base-32   # a variant
-# Extra arguments go to bench/trainer_speed.py. Writes env.txt, trainer-speed.json and trainer-speed.log (its
-# last 2 MB) under $OUT (else bench-gpu-out/) and prints the table last.
+# First bench/gpu_sync_check.py (5 training steps under torch.cuda.set_sync_debug_mode("error"), at most 120 s),
+# then bench/trainer_speed.py (extra arguments go to it). Writes env.txt, sync-check.log, trainer-speed.json and
+# trainer-speed.log (its last 2 MB) under $OUT (else bench-gpu-out/) and prints the table last.
 set -uo pipefail
 
 DEST=${OUT:-bench-gpu-out}
@@ -27,8 +28,13 @@ export PYTHONPATH=$PP:$PWD HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_O
     python3 -c 'import sys, torch, transformers, pytorch_lightning as pl; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "transformers", transformers.__version__, "lightning", pl.__version__)'
 } 2>&1 | tee "$DEST/env.txt"
 
-timeout "${BENCH_TIMEOUT_S:-540}" python3 bench/trainer_speed.py --device cuda --data-dir "$CARRY/data" \
-    --tokenizer "$CARRY/minilm" --minilm "$CARRY/minilm" --budget-s "${BENCH_BUDGET_S:-400}" \
+# No synchronising CUDA call inside training_step (sync debug mode "error"), then the benchmark.
+timeout 120 python3 bench/gpu_sync_check.py --data-dir "$CARRY/data" --tokenizer "$CARRY/minilm" \
+    > "$DEST/sync-check.log" 2>&1
+echo "sync check: exit $? ($(grep -E '^(OK|FAILED)' "$DEST/sync-check.log" | tail -n 1))" | tee -a "$DEST/env.txt"
+
+timeout "${BENCH_TIMEOUT_S:-420}" python3 bench/trainer_speed.py --device cuda --data-dir "$CARRY/data" \
+    --tokenizer "$CARRY/minilm" --minilm "$CARRY/minilm" --budget-s "${BENCH_BUDGET_S:-330}" \
     --json "$DEST/trainer-speed.json" "$@" > "$DEST/trainer-speed.full.log" 2>&1
 code=$?
 tail -c 2000000 "$DEST/trainer-speed.full.log" > "$DEST/trainer-speed.log"

@@ -160,3 +160,13 @@ def test_diverging_run_stops_and_keeps_the_last_checkpoint_before_it(monkeypatch
     checkpoint = load_checkpoint_file(run_dir / "checkpoints" / "last.ckpt")
     assert checkpoint["global_step"] == 4
     assert all(torch.isfinite(v).all() for v in checkpoint["state_dict"].values() if v.is_floating_point())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU: torch.cuda.set_sync_debug_mode('error')")
+def test_no_cuda_sync_inside_training_step_on_a_gpu(data_dir):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_sync_check.py"), "--data-dir", str(data_dir)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0 and "OK:" in done.stdout, done.stdout[-2000:] + done.stderr[-4000:]
