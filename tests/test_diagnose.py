@@ -139,6 +139,18 @@ def test_label_mapping_from_names_overrides_and_errors():
         hans.entailment_label_map(GLUE["rte"], {"x": "entailment"})
 
 
+@pytest.mark.data
+def test_hans_on_a_run_names_what_is_missing(run_dir, data_dir, capsys):
+    code, err = exit_code_and_error(["hans", run_dir, "--task", "arct", "--data-dir", data_dir], capsys)
+    assert code == 2 and "task 'arct': HANS needs a classification task over premise and hypothesis" in err
+    code, err = exit_code_and_error(["hans", run_dir, "--task", "rte", "--label-map", "entailment=non-entailment,"
+                                     "not_entailment=non-entailment", "--data-dir", data_dir], capsys)
+    assert code == 2 and "task 'rte' has no entailment label" in err
+    assert not (run_dir / "diagnose" / "diagnose-hans.json").exists()
+    code, err = exit_code_and_error(["hans", "--data-dir", data_dir], capsys)
+    assert code == 2 and "give a MODEL (run or export) or --rule" in err
+
+
 def test_per_heuristic_accuracy_hand_computed():
     rows = [hans.HansExample("p", "h", "entailment", "lexical_overlap", "le_a", 1),
             hans.HansExample("p", "h", "entailment", "lexical_overlap", "le_a", 2),
