@@ -170,6 +170,13 @@ def top_cues(stats: dict[str, CueStat], k: int, min_applicability: int, by: str 
     return sorted(pool, key=key)[:k]
 
 
+def _plain(stat: CueStat) -> dict:
+    """``stat`` as JSON-safe values: a PMI of -inf (no smoothing, cue never seen with the label) becomes None."""
+    plain = asdict(stat)
+    plain["pmi"] = {k: (v if math.isfinite(v) else None) for k, v in stat.pmi.items()}
+    return plain
+
+
 def cue_kind(task: TaskDef) -> str:
     """``warrants`` for a two-candidate ranking task, ``hypothesis`` for a classification task.
 
@@ -229,12 +236,12 @@ def cue_statistics(task: TaskDef, splits: Iterable[str], data_dir: Path, setting
             else:
                 stats = hypothesis_cue_stats(examples, task.labels or [], ngram, settings.smoothing,
                                              settings.negation_as_not)
-            table = {"top": [asdict(s) for s in top_cues(stats, settings.top, settings.min_applicability)]}
+            table = {"top": [_plain(s) for s in top_cues(stats, settings.top, settings.min_applicability)]}
             if kind == "hypothesis":
                 table["top_by_label"] = {
-                    label: [asdict(s) for s in top_cues(stats, settings.top, settings.min_applicability, "pmi", label)]
+                    label: [_plain(s) for s in top_cues(stats, settings.top, settings.min_applicability, "pmi", label)]
                     for label in task.labels or []}
-            table["selected"] = {c: asdict(stats[c]) if c in stats else None
+            table["selected"] = {c: _plain(stats[c]) if c in stats else None
                                  for c in settings.cues if len(c.split()) == ngram}
             entry[name] = table
         result["splits"][split] = entry
@@ -244,7 +251,8 @@ def cue_statistics(task: TaskDef, splits: Iterable[str], data_dir: Path, setting
 def _row(stat: dict, kind: str, label: str | None = None) -> str:
     cells = [f"`{stat['cue']}`", str(stat["applicability"]), f"{stat['productivity']:.3f}", f"{stat['coverage']:.3f}"]
     if kind == "hypothesis":
-        cells += [stat["label"], f"{stat['pmi'][label or stat['label']]:.3f}"]
+        pmi = stat["pmi"][label or stat["label"]]
+        cells += [stat["label"], "-inf" if pmi is None else f"{pmi:.3f}"]
     return "| " + " | ".join(cells) + " |"
 
 
