@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     tasks = select_tasks(load_task_defs(defs), ["rte", "stsb"], str(defs))
     datamodule = MultiTaskDataModule(tasks, resolve_data_dir(args.data_dir), load_tokenizer(str(encoder)),
                                      batch_size=8, seed=1, limit_train_examples=24, length_buckets=[128])
-    datamodule.mark_shapes = True
+    datamodule.mark_shapes = "buckets"
     module = MultiTaskModule(str(encoder), {n: t.to_plain() for n, t in tasks.items()}, dev_tasks=[])
     if args.compile != "none":
         compile_encoder(module.model.encoder, args.compile, [128])

@@ -145,7 +145,7 @@ def bert_case(args, batch_size: int, encoder_dir: str, budget: Budget) -> dict:
     from mtdnn.modeling.model import load_tokenizer
     from mtdnn.tasks.taskdef import load_task_defs, select_tasks
     from mtdnn.training.lightning import MultiTaskDataModule, MultiTaskModule, parameter_groups
-    from mtdnn.training.speed import compile_encoder, mark_bucketed_shapes, set_sdpa_backend
+    from mtdnn.training.speed import compile_encoder, mark_shapes, set_sdpa_backend
 
     device = torch.device(args.device)
     defs = ROOT / "task_defs" / "glue.yaml"
@@ -168,7 +168,7 @@ def bert_case(args, batch_size: int, encoder_dir: str, budget: Budget) -> dict:
     set_sdpa_backend(args.sdpa_backend)
     if args.compile != "none":
         compile_encoder(module.model.encoder, args.compile, args.length_buckets, args.cuda_graphs)
-        datamodule.mark_shapes = bool(args.length_buckets)
+        datamodule.mark_shapes = "buckets" if args.length_buckets else "dynamic"
     # The autocast of Lightning's bf16-mixed plugin, so that the plain loop runs (and reuses) the same graphs.
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, cache_enabled=False,
                               enabled=args.precision == "bf16-mixed")
@@ -178,7 +178,7 @@ def bert_case(args, batch_size: int, encoder_dir: str, budget: Budget) -> dict:
 
     def to_device(batch: dict) -> dict:
         moved = {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
-        return mark_bucketed_shapes(moved) if datamodule.mark_shapes else moved
+        return mark_shapes(moved, datamodule.mark_shapes) if datamodule.mark_shapes else moved
 
     pinned = [{k: v.pin_memory() if isinstance(v, torch.Tensor) and device.type == "cuda" else v
                for k, v in b.items()} for b in batches]
@@ -449,8 +449,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compile", default=None, help="torch.compile backend or none (default: inductor on a GPU, "
                                                    "none on a CPU)")
     p.add_argument("--length-buckets", type=parse_buckets, default=None,
-                   help="pad to these lengths (default none: lengths padded to a multiple of 8, and the compiled "
-                        "encoder's sequence length turns dynamic after its second shape)")
+                   help="pad to these lengths (default none: lengths padded to a multiple of 8, batch and "
+                        "sequence dimensions marked dynamic: one compiled graph)")
     p.add_argument("--cuda-graphs", action="store_true", help="CUDA graphs per bucket (reduce-overhead)")
     p.add_argument("--sdpa-backend", choices=SDPA_BACKENDS, default="efficient")
     p.add_argument("--warmup-steps", type=int, default=None, help="steps excluded from timing (10; tiny 2)")

@@ -98,7 +98,7 @@ def test_five_training_steps_without_host_sync(monkeypatch, data_dir, tiny_encod
     tasks = select_tasks(load_task_defs(GLUE), ["rte", "stsb"], GLUE)
     datamodule = MultiTaskDataModule(tasks, data_dir, tokenizer, batch_size=8, seed=1, limit_train_examples=24,
                                      length_buckets=[64, 128])
-    datamodule.mark_shapes = True
+    datamodule.mark_shapes = "buckets"
     module = MultiTaskModule(tiny_encoder, {n: t.to_plain() for n, t in tasks.items()}, dev_tasks=[])
     compile_encoder(module.model.encoder, "eager", [64, 128])
     calls = []

@@ -65,7 +65,7 @@ def test_compiled_encoder_with_buckets_keeps_a_bounded_set_of_graphs(data_dir, t
     tasks = select_tasks(load_task_defs(GLUE), ["rte", "stsb", "cola"], GLUE)
     datamodule = MultiTaskDataModule(tasks, data_dir, tokenizer, batch_size=8, eval_batch_size=16, seed=3,
                                      limit_train_examples=28, length_buckets=buckets)  # 4 batches a task, last of 4
-    datamodule.mark_shapes = True
+    datamodule.mark_shapes = "buckets"
     module = MultiTaskModule(tiny_encoder, {n: t.to_plain() for n, t in tasks.items()})
     torch._dynamo.reset()
     counters.clear()
@@ -94,3 +94,39 @@ def test_compiled_encoder_with_buckets_keeps_a_bounded_set_of_graphs(data_dir, t
     assert len({s[0] for s in shapes}) >= 2  # full and short batches
     assert graphs_after_epoch[-1] <= 2 * len(buckets) + 2, graphs_after_epoch
     assert graphs_after_epoch[-1] == graphs_after_epoch[-2], graphs_after_epoch  # nothing new in the last epoch
+
+
+def test_compiled_encoder_without_buckets_compiles_once_per_grad_mode(data_dir, tiny_encoder, tokenizer):
+    """--compile alone: batch and sequence marked dynamic, so many lengths and batch sizes share one graph for
+    training and one for evaluation."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    from mtdnn.tasks.taskdef import load_task_defs, select_tasks
+    from mtdnn.training.lightning import MultiTaskDataModule, MultiTaskModule
+    from mtdnn.training.speed import compile_encoder
+
+    tasks = select_tasks(load_task_defs(GLUE), ["rte", "cola"], GLUE)
+    datamodule = MultiTaskDataModule(tasks, data_dir, tokenizer, batch_size=8, eval_batch_size=16, seed=3,
+                                     limit_train_examples=28, pad_to_multiple_of=8)
+    datamodule.mark_shapes = "dynamic"
+    module = MultiTaskModule(tiny_encoder, {n: t.to_plain() for n, t in tasks.items()})
+    torch._dynamo.reset()
+    counters.clear()
+    shapes = set()
+
+    class Record(pl.Callback):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            shapes.add(tuple(batch["input_ids"].shape))
+
+    try:
+        compile_encoder(module.model.encoder, "eager")
+        trainer = pl.Trainer(accelerator="cpu", max_epochs=1, limit_val_batches=2, logger=False,
+                             enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                             num_sanity_val_steps=0, callbacks=[Record()])
+        trainer.fit(module, datamodule=datamodule)
+        graphs = counters["stats"]["unique_graphs"]
+    finally:
+        torch._dynamo.reset()
+    assert len({s[1] for s in shapes}) >= 3 and len({s[0] for s in shapes}) >= 2  # lengths and batch sizes vary
+    assert graphs <= 2, graphs

@@ -144,7 +144,7 @@ class MultiTaskDataModule(pl.LightningDataModule):
         self.limit_train_examples, self.max_length = limit_train_examples, max_length
         self.pad_to_multiple_of, self.num_workers = pad_to_multiple_of, num_workers
         self.length_buckets = sorted(length_buckets) if length_buckets else None
-        self.mark_shapes = False  # set for a compiled encoder with length buckets (see mtdnn.training.speed)
+        self.mark_shapes: str | None = None  # "buckets" or "dynamic" for a compiled encoder (mtdnn.training.speed)
         self.train_sets: list[TokenizedSplit] = []
         self.dev_sets: dict[str, TokenizedSplit] = {}
         self.train_sampler: MultiTaskBatchSampler | None = None
@@ -195,9 +195,9 @@ class MultiTaskDataModule(pl.LightningDataModule):
 
     def on_after_batch_transfer(self, batch: dict, dataloader_idx: int) -> dict:
         if self.mark_shapes:
-            from .speed import mark_bucketed_shapes
+            from .speed import mark_shapes
 
-            return mark_bucketed_shapes(batch)
+            return mark_shapes(batch, self.mark_shapes)
         return batch
 
     def val_dataloader(self) -> list[DataLoader]:

@@ -5,10 +5,12 @@ Each is behind a flag of ``python -m mtdnn.train`` and off by default:
 - ``--sdpa-backend efficient``: scaled-dot-product attention may use the flash and memory-efficient kernels (and
   the math fallback) but not cuDNN's, which builds an execution plan for every new shape (about 1.5 ms of host
   time per call on an H200 whatever the batch, so small batches become host-bound).
+- ``--compile`` alone: the batch and sequence dimensions of every batch are marked dynamic, so the encoder is
+  compiled once per grad mode (training, evaluation) whatever the task, batch size and length of each step.
 - ``--length-buckets 32,64,96,128``: every batch is padded to the shortest bucket that holds it (see
   :class:`~mtdnn.training.lightning.TaskCollator`). With ``--compile``, the sequence dimension is then marked
-  static and the batch dimension dynamic: one graph per bucket (and per grad mode, training or evaluation), a
-  bounded set whatever the task of each step, and the recompile limit is raised to hold it.
+  static and the batch dimension dynamic: one graph per bucket (and per grad mode), a bounded set whatever the
+  task of each step, and the recompile limit is raised to hold it.
 - ``--cuda-graphs`` (GPU, with ``--compile`` and ``--length-buckets``): inductor's ``reduce-overhead`` mode,
   which records one CUDA graph per shape it meets: per bucket and batch size.
 """
@@ -84,8 +86,8 @@ def compile_encoder(encoder: torch.nn.Module, backend: str, buckets: list[int] |
     """``torch.compile`` the encoder in place (checkpoint keys keep their names: no ``_orig_mod.``).
 
     With ``buckets``, dynamo may keep one graph per bucket for training and one for evaluation (plus one while
-    the batch dimension first turns dynamic): the recompile limit is raised to that. Batches must then be
-    marked with :func:`mark_bucketed_shapes`.
+    the batch dimension first turns dynamic): the recompile limit is raised to that. Batches are marked by
+    :func:`mark_shapes` (the DataModule's ``mark_shapes`` setting).
     """
     import torch._dynamo
 
@@ -97,14 +99,23 @@ def compile_encoder(encoder: torch.nn.Module, backend: str, buckets: list[int] |
     encoder.compile(backend=backend, mode="reduce-overhead" if cuda_graphs else None)
 
 
-def mark_bucketed_shapes(batch: dict) -> dict:
-    """Mark the batch's ``(rows, seq_len)`` tensors for dynamo: ``seq_len`` static (one graph per bucket),
-    ``rows`` dynamic (the short last batch of a task and DDP shards reuse the bucket's graph)."""
+SHAPE_MARKS = ("buckets", "dynamic")
+
+
+def mark_shapes(batch: dict, how: str) -> dict:
+    """Mark the batch's ``(rows, seq_len)`` tensors for dynamo. ``rows`` is always dynamic (the short last batch
+    of a task and DDP shards reuse a graph); ``seq_len`` is static with ``how="buckets"`` (one graph per bucket)
+    and dynamic with ``how="dynamic"`` (one graph for every length)."""
     import torch._dynamo
 
+    if how not in SHAPE_MARKS:
+        raise ValueError(f"mark_shapes: how must be one of {SHAPE_MARKS} (got {how!r})")
     for key in ("input_ids", "attention_mask", "token_type_ids"):
         tensor = batch.get(key)
         if isinstance(tensor, torch.Tensor) and tensor.ndim == 2:
-            torch._dynamo.mark_static(tensor, 1)
             torch._dynamo.maybe_mark_dynamic(tensor, 0)
+            if how == "buckets":
+                torch._dynamo.mark_static(tensor, 1)
+            else:
+                torch._dynamo.maybe_mark_dynamic(tensor, 1)
     return batch

@@ -418,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.compile:
         # Module.compile works in place: no OptimizedModule wrapper, so no "_orig_mod." in checkpoint keys.
         compile_encoder(module.model.encoder, args.compile, args.length_buckets, args.cuda_graphs)
-        datamodule.mark_shapes = bool(args.length_buckets)
+        datamodule.mark_shapes = "buckets" if args.length_buckets else "dynamic"
 
     # 2. Train, export the best epoch, write schedule.json and (last) metrics.json.
     source_encoder = args.encoder
