@@ -183,6 +183,32 @@ def test_a_copied_export_predicts_the_same_in_a_fresh_process(run_dir, data_dir,
     assert max(abs(x["probability"] - y["probability"]) for x, y in zip(a, b)) <= 1e-6
 
 
+def test_a_trained_runs_hf_folders_serve_its_predictions_through_transformers(run_dir, data_dir, tmp_path):
+    """export/hf/<task>/ of a real run: pipeline probabilities (rte) and raw scores (stsb) equal mtdnn.predict's."""
+    from transformers import pipeline
+
+    from mtdnn.tasks.data import load_split
+    from mtdnn.training.export import load_export_tasks
+
+    meta = json.loads((run_dir / "export" / "mtdnn_export.json").read_text())
+    assert meta["huggingface"] == {"rte": "hf/rte", "stsb": "hf/stsb"} and meta["toolkit_only"] == {}
+    tasks = load_export_tasks(run_dir / "export")
+    for name in ("rte", "stsb"):
+        task = tasks[name]
+        examples = load_split(task, "dev", data_dir).examples[:8]
+        source, output = tmp_path / f"{name}.jsonl", tmp_path / f"{name}-out.jsonl"
+        source.write_text("".join(json.dumps(dict(zip(task.text, (ex.text_a, ex.text_b)))) + "\n" for ex in examples))
+        assert predict.main([str(run_dir / "export"), "--task", name, "--input", str(source), "--format", "jsonl",
+                             "--output", str(output)]) == 0
+        classify = pipeline("text-classification", model=str(run_dir / "export" / meta["huggingface"][name]))
+        served = classify([{"text": ex.text_a, "text_pair": ex.text_b} for ex in examples], top_k=None,
+                          truncation=True)
+        for row, scores in zip(read_jsonl(output), served):
+            scores = {s["label"]: s["score"] for s in scores}
+            expected = row.get("probabilities") or {"score": row["prediction"]}
+            assert scores == pytest.approx(expected, abs=1e-5)
+
+
 def test_ranking_input_and_output_use_the_candidate_columns():
     from mtdnn.training.inference import decode
     from mtdnn.tasks.taskdef import load_task_defs

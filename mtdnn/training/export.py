@@ -7,7 +7,12 @@ Layout::
                             (loads with transformers.AutoModel.from_pretrained and AutoTokenizer)
       heads.safetensors     every task head's weights, keys "<task>.<parameter>"
       tasks.yaml            the task definitions the heads were trained for
-      mtdnn_export.json     format version, task names, the original encoder name
+      hf/<task>/            per sentence-level task whose head is the encoder family's own
+                            *ForSequenceClassification head: a standard AutoModelForSequenceClassification
+                            folder with its tokenizer (see :mod:`mtdnn.training.hf_export`)
+      mtdnn_export.json     format version, task names, the original encoder name, the hf/ folders
+                            ("huggingface": {task: folder}) and the tasks without one ("toolkit_only":
+                            {task: why})
 
 The export is written to a temporary directory beside the target and renamed into place.
 """
@@ -26,6 +31,7 @@ from safetensors.torch import load_file, save_file
 from ..errors import CheckpointError
 from ..modeling.model import MultiTaskModel, load_encoder, load_tokenizer
 from ..tasks.taskdef import TaskDef, parse_tasks
+from .hf_export import write_hf_models
 
 EXPORT_META = "mtdnn_export.json"
 FORMAT_VERSION = 1
@@ -38,7 +44,11 @@ def is_export_dir(path: str | Path) -> bool:
 
 def export_model(model: MultiTaskModel, tokenizer, tasks: dict[str, TaskDef], out_dir: str | Path,
                  source_encoder: str) -> Path:
-    """Write ``model`` (float32, on CPU) with its tokenizer and task definitions to ``out_dir`` atomically."""
+    """Write ``model`` (float32, on CPU) with its tokenizer and task definitions to ``out_dir`` atomically.
+
+    Also writes ``hf/<task>/`` for the tasks :func:`mtdnn.training.hf_export.write_hf_models` can express, and
+    names the others in ``mtdnn_export.json``'s ``toolkit_only`` with the reason.
+    """
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
@@ -52,7 +62,9 @@ def export_model(model: MultiTaskModel, tokenizer, tasks: dict[str, TaskDef], ou
         save_file(heads, str(tmp / "heads.safetensors"))
         doc = {"tasks": {name: {k: v for k, v in t.to_plain().items() if k != "name"} for name, t in tasks.items()}}
         (tmp / "tasks.yaml").write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
-        meta = {"format": FORMAT_VERSION, "tasks": list(tasks), "source_encoder": source_encoder}
+        folders, toolkit_only = write_hf_models(model, tokenizer, tasks, tmp)
+        meta = {"format": FORMAT_VERSION, "tasks": list(tasks), "source_encoder": source_encoder,
+                "huggingface": folders, "toolkit_only": toolkit_only}
         (tmp / EXPORT_META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
         if out_dir.exists():
             shutil.rmtree(out_dir)

@@ -1,0 +1,181 @@
+"""Per-task Hugging Face models in an export (``export/hf/<task>/``): served by ``transformers.pipeline`` as is,
+with the toolkit's own probabilities and scores; heads it cannot express are named toolkit-only."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from mtdnn.tasks.taskdef import parse_tasks
+
+PAIRS = [("A man is playing a guitar on the stage.", "Someone plays music."),
+         ("The cat sleeps.", "A dog is barking loudly at the mailman outside the house."),
+         ("Two children are running in a park.", "Kids run.")]
+LONG_PAIR = (" ".join(["the committee approved the annual budget after a long debate"] * 4),
+             " ".join(["members voted in favour of the proposal"] * 3))
+
+
+def _task(type_: str, pooling: str = "pooler", **extra) -> dict:
+    body = {"type": type_, "splits": {"test": {"path": "unused.tsv"}}, "head": {"pooling": pooling},
+            "max_length": 24, **extra}
+    if type_ == "ranking":
+        return {**body, "text": ["question"], "candidates": ["answer1", "answer2"], "label": "label"}
+    return {**body, "text": ["premise", "hypothesis"], "label": "label"}
+
+
+TASKS = parse_tasks({"tasks": {
+    "nli": _task("classification", labels=["entailment", "neutral", "contradiction"]),
+    "sts": _task("regression"),
+    "qa": _task("ranking"),
+    "first_token": _task("classification", "cls", labels=["no", "yes"]),
+    "mean_pooled": _task("classification", "mean", labels=["no", "yes"]),
+}}, "test")
+
+
+def _spread_weights(model, seed: int = 0) -> None:
+    """Heads and pooler with std-1 weights, so that probabilities are far from uniform (a wrong mapping shows)."""
+    torch.manual_seed(seed)
+    for head in model.heads.values():
+        torch.nn.init.normal_(head.out.weight, std=1.0)
+        torch.nn.init.normal_(head.out.bias, std=1.0)
+    pooler = getattr(model.encoder, "pooler", None)
+    for weight in (pooler.parameters() if pooler is not None else []):
+        if weight.dim() == 2:
+            torch.nn.init.normal_(weight, std=0.5)
+
+
+@pytest.fixture(scope="module")
+def export_dir(tmp_path_factory, tiny_encoder):
+    from mtdnn.modeling.model import MultiTaskModel, load_encoder, load_tokenizer
+    from mtdnn.training.export import export_model
+
+    model = MultiTaskModel(load_encoder(tiny_encoder), TASKS)
+    _spread_weights(model)
+    return export_model(model, load_tokenizer(tiny_encoder), TASKS, tmp_path_factory.mktemp("hf") / "export",
+                        source_encoder=tiny_encoder)
+
+
+def toolkit_predictions(export: Path, task: str, pairs, tmp_path: Path) -> list[dict]:
+    """``python -m mtdnn.predict EXPORT --task T --input pairs.jsonl --format jsonl`` (in process)."""
+    from mtdnn.evaluation import predict
+
+    columns = TASKS[task].text
+    source, output = tmp_path / f"{task}.jsonl", tmp_path / f"{task}-out.jsonl"
+    source.write_text("".join(json.dumps(dict(zip(columns, p))) + "\n" for p in pairs))
+    assert predict.main([str(export), "--task", task, "--input", str(source), "--format", "jsonl",
+                         "--output", str(output)]) == 0
+    return [json.loads(line) for line in output.read_text().splitlines()]
+
+
+def served(folder: Path, pairs, **kwargs) -> list[dict[str, float]]:
+    """``pipeline("text-classification")`` on ``{"text", "text_pair"}`` inputs: ``{label: score}`` per pair."""
+    from transformers import pipeline
+
+    classify = pipeline("text-classification", model=str(folder), device="cpu")
+    results = classify([{"text": a, "text_pair": b} for a, b in pairs], top_k=None, **kwargs)
+    return [{r["label"]: r["score"] for r in rows} for rows in results]
+
+
+def test_manifest_names_each_task_as_served_or_toolkit_only(export_dir):
+    meta = json.loads((export_dir / "mtdnn_export.json").read_text())
+    assert meta["huggingface"] == {"nli": "hf/nli", "sts": "hf/sts"}
+    assert sorted(meta["toolkit_only"]) == ["first_token", "mean_pooled", "qa"]
+    assert "ranking head" in meta["toolkit_only"]["qa"]
+    assert "pooling 'cls'" in meta["toolkit_only"]["first_token"]
+    assert "pooling 'mean'" in meta["toolkit_only"]["mean_pooled"]
+    assert sorted(p.name for p in (export_dir / "hf").iterdir()) == ["nli", "sts"]
+    nli = json.loads((export_dir / "hf" / "nli" / "config.json").read_text())
+    assert nli["architectures"] == ["BertForSequenceClassification"]
+    assert nli["problem_type"] == "single_label_classification"
+    assert nli["id2label"] == {"0": "entailment", "1": "neutral", "2": "contradiction"}
+    assert nli["label2id"] == {"entailment": 0, "neutral": 1, "contradiction": 2}
+    sts = json.loads((export_dir / "hf" / "sts" / "config.json").read_text())
+    assert (sts["problem_type"], sts["id2label"]) == ("regression", {"0": "score"})
+
+
+def test_pipeline_probabilities_equal_mtdnn_predict_on_pairs(export_dir, tmp_path):
+    expected = toolkit_predictions(export_dir, "nli", PAIRS + [LONG_PAIR], tmp_path)
+    got = served(export_dir / "hf" / "nli", PAIRS)
+    for row, probabilities in zip(expected, got):
+        assert set(probabilities) == set(row["probabilities"])
+        assert max(row["probabilities"].values()) > 0.5  # not near uniform: a wrong weight would show
+        for label, p in row["probabilities"].items():
+            assert probabilities[label] == pytest.approx(p, abs=1e-5)
+    # The tokenizer's model_max_length is the task's max_length: truncation=True truncates as the toolkit does.
+    long = served(export_dir / "hf" / "nli", [LONG_PAIR], truncation=True)[0]
+    for label, p in expected[-1]["probabilities"].items():
+        assert long[label] == pytest.approx(p, abs=1e-5)
+
+
+def test_pipeline_gives_the_raw_regression_score(export_dir, tmp_path):
+    expected = [row["prediction"] for row in toolkit_predictions(export_dir, "sts", PAIRS, tmp_path)]
+    # problem_type "regression": the pipeline applies no function (no sigmoid) by default.
+    default = [scores["score"] for scores in served(export_dir / "hf" / "sts", PAIRS)]
+    raw = [scores["score"] for scores in served(export_dir / "hf" / "sts", PAIRS, function_to_apply="none")]
+    assert default == raw
+    assert any(not 0 < s < 1 for s in expected)  # outside a sigmoid's range
+    assert default == pytest.approx(expected, abs=1e-5)
+
+
+def _tiny(model_type: str, **extra):
+    from transformers import AutoConfig, AutoModel
+
+    torch.manual_seed(0)
+    config = AutoConfig.for_model(model_type, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                  intermediate_size=64, vocab_size=1000, **extra)
+    return AutoModel.from_config(config)
+
+
+def test_another_family_maps_its_own_head_roberta():
+    """RoBERTa's sequence-classification head holds the pooler's dense layer: pooler + linear maps onto it."""
+    from mtdnn.modeling.model import MultiTaskModel
+    from mtdnn.training.hf_export import convert_task
+
+    tasks = {"nli": TASKS["nli"]}
+    model = MultiTaskModel(_tiny("roberta"), tasks)
+    _spread_weights(model)
+    conversion = convert_task(model, tasks["nli"])
+    hf = conversion.model
+    assert type(hf).__name__ == "RobertaForSequenceClassification", conversion.reason
+    assert torch.equal(hf.classifier.dense.weight, model.encoder.pooler.dense.weight)
+    assert torch.equal(hf.classifier.out_proj.weight, model.heads["nli"].out.weight)
+    input_ids = torch.randint(5, 1000, (2, 9), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones_like(input_ids)
+    model.eval()
+    with torch.no_grad():
+        ours = model("nli", input_ids, mask).softmax(-1)
+        theirs = hf(input_ids=input_ids, attention_mask=mask).logits.softmax(-1)
+    assert ours.max() > 0.5
+    torch.testing.assert_close(theirs, ours, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("model_type, extra, reason", [
+    ("big_bird", {"attention_type": "original_full"}, "head has other parameters"),  # dense + out_proj on [CLS]
+    ("longformer", {"attention_window": 4}, "computes other outputs"),  # global attention on [CLS]: same shapes
+])
+def test_a_family_whose_head_differs_is_toolkit_only(model_type, extra, reason):
+    from mtdnn.modeling.model import MultiTaskModel
+    from mtdnn.training.hf_export import convert_task
+
+    tasks = {"nli": TASKS["nli"]}
+    model = MultiTaskModel(_tiny(model_type, **extra), tasks)
+    _spread_weights(model)
+    conversion = convert_task(model, tasks["nli"])
+    assert conversion.model is None and reason in conversion.reason, conversion.reason
+
+
+def test_a_changed_computation_with_the_same_parameters_is_not_approximated(tiny_encoder):
+    """Equal names and shapes are not enough: a pooler with another activation fails the probe."""
+    from mtdnn.modeling.model import MultiTaskModel, load_encoder
+    from mtdnn.training.hf_export import convert_task
+
+    tasks = {"nli": TASKS["nli"]}
+    model = MultiTaskModel(load_encoder(tiny_encoder), tasks)
+    _spread_weights(model)
+    assert convert_task(model, tasks["nli"]).model is not None
+    model.encoder.pooler.activation = torch.nn.GELU()
+    conversion = convert_task(model, tasks["nli"])
+    assert conversion.model is None and "computes other outputs" in conversion.reason
