@@ -91,9 +91,9 @@ def convert_task(model: MultiTaskModel, task: TaskDef) -> Conversion:
         return Conversion(task.name, reason=f"{task.type} head: one score per candidate of a group, which "
                                             "*ForSequenceClassification (one sequence, fixed labels) cannot express")
     if task.head.pooling != "pooler":
-        return Conversion(task.name, reason=f"pooling '{task.head.pooling}': a linear layer on the "
-                                            f"{'first token' if task.head.pooling == 'cls' else 'mean of tokens'}, "
-                                            "not on the encoder's pooled output as *ForSequenceClassification heads read it")
+        pooled = "the first token" if task.head.pooling == "cls" else "the mean of tokens"
+        return Conversion(task.name, reason=f"pooling '{task.head.pooling}': a linear layer on {pooled}, not on the "
+                                            "encoder's pooled output as *ForSequenceClassification heads read it")
     encoder = model.encoder
     config = hf_config(encoder.config, task)
     try:
