@@ -98,7 +98,7 @@ def convert_task(model: MultiTaskModel, task: TaskDef) -> Conversion:
     config = hf_config(encoder.config, task)
     try:
         hf = AutoModelForSequenceClassification.from_config(config)
-    except (ValueError, KeyError) as err:
+    except Exception as err:  # noqa: BLE001 - unknown or custom families raise many types; never fail the export
         return Conversion(task.name, reason=f"no AutoModelForSequenceClassification for model type "
                                             f"'{encoder.config.model_type}' ({err})")
     family = type(hf).__name__
