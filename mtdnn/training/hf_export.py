@@ -149,13 +149,16 @@ def _probe_difference(model: MultiTaskModel, task: TaskDef, hf) -> float:
     if type_vocab > 1:
         token_type_ids = torch.zeros_like(input_ids)
         token_type_ids[:, 6:] = 1
+    kwargs = {"token_type_ids": token_type_ids} if token_type_ids is not None else {}
     training = model.training
     model.eval()
     try:
-        ours = model(task.name, input_ids, attention_mask, token_type_ids)
+        # MultiTaskModel.forward, calling the encoder's forward itself: an encoder compiled in place
+        # (--compile) is not compiled again here.
+        out = model.encoder.forward(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+        ours = model.heads[task.name](out.last_hidden_state, attention_mask, getattr(out, "pooler_output", None))
     finally:
         model.train(training)
-    kwargs = {"token_type_ids": token_type_ids} if token_type_ids is not None else {}
     theirs = hf(input_ids=input_ids, attention_mask=attention_mask, **kwargs).logits
     if task.type == "regression":
         theirs = theirs.squeeze(-1)
