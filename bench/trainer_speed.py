@@ -221,7 +221,7 @@ def bert_case(args, batch_size: int, encoder_dir: str, budget: Budget) -> dict:
     if budget.left() > 0:
         module.to(device).train()
         optimizer = torch.optim.AdamW(parameter_groups(module.model, 0.01), lr=5e-5,
-                                      fused=device.type == "cuda" or None)
+                                      fused=True)
         params = [p for p in module.parameters() if p.requires_grad]
         times = StepTimes(torch, device)
         for b in pinned:
@@ -235,8 +235,8 @@ def bert_case(args, batch_size: int, encoder_dir: str, budget: Budget) -> dict:
             times.mark()
         result["plain_loop"] = rates(times, lengths, args.warmup_steps, flops_of)
 
-    # (3) Profile of 15 Lightning steps: the GPU-busy share and the top kernels.
-    if budget.left() > 0 and device.type == "cuda":
+    # (3) Profile of 15 Lightning steps: the GPU-busy share and the top kernels (on a CPU: the top operators).
+    if budget.left() > 0:
         result["profile"] = profile_lightning(args, module, datamodule, min(15, len(batches)))
     return result
 
@@ -250,7 +250,8 @@ def profile_lightning(args, module, datamodule, steps: int) -> dict:
                          logger=False, enable_checkpointing=False, enable_progress_bar=False,
                          enable_model_summary=False, use_distributed_sampler=False,
                          default_root_dir=tempfile.mkdtemp(prefix="bench-prof-"))
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+    gpu = args.accelerator == "gpu"
+    with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if gpu else [])) as prof:
         trainer.fit(module, datamodule=datamodule)
     kernels = sorted((e.time_range.start, e.time_range.end) for e in prof.events()
                      if e.device_type.name == "CUDA" and e.time_range.end > e.time_range.start)
@@ -261,11 +262,12 @@ def profile_lightning(args, module, datamodule, steps: int) -> dict:
         elif end > cursor:
             busy, cursor = busy + end - cursor, end
     span = kernels[-1][1] - kernels[0][0] if kernels else 0
-    top = sorted(prof.key_averages(), key=lambda e: -e.self_device_time_total)[:8]
+    self_time = (lambda e: e.self_device_time_total) if gpu else (lambda e: e.self_cpu_time_total)  # noqa: E731
+    top = sorted(prof.key_averages(), key=lambda e: -self_time(e))[:8]
     return {"steps": steps, "gpu_busy_share": busy / span if span else None,
-            "kernel_ms_per_step": busy / 1e3 / steps,
-            "top_kernels": [{"name": e.key[:80], "ms_per_step": e.self_device_time_total / 1e3 / steps,
-                             "calls_per_step": e.count / steps} for e in top]}
+            "kernel_ms_per_step": busy / 1e3 / steps if gpu else None,
+            "top": [{"name": e.key[:80], "self_ms_per_step": self_time(e) / 1e3 / steps,
+                     "calls_per_step": e.count / steps} for e in top]}
 
 
 def hf_reference(args, budget: Budget) -> dict:
@@ -281,7 +283,7 @@ def hf_reference(args, budget: Budget) -> dict:
     if args.compile != "none":
         encoder.compile(backend=args.compile)
     params = list(encoder.parameters()) + list(head.parameters())
-    optimizer = torch.optim.AdamW(params, lr=5e-5, fused=device.type == "cuda" or None)
+    optimizer = torch.optim.AdamW(params, lr=5e-5, fused=True)
     ids = torch.randint(1000, encoder.config.vocab_size, (rows, seq), device=device)
     mask, labels = torch.ones_like(ids), torch.randint(0, 2, (rows,), device=device)
     times = StepTimes(torch, device)
@@ -392,6 +394,13 @@ def table(results: dict) -> str:
                      f"{cell(plain, 'tokens_per_s', ',.0f')} | {f'{ratio:.2f}x' if ratio else '-'} | {mfu(pl_)} | "
                      f"{mfu(plain)} | {cell(r.get('profile'), 'gpu_busy_share', '.0%')} | "
                      f"{cell(r, 'compile_seconds', '.0f')} |")
+    for case in ("bert-base-256", "bert-base-32"):
+        prof = (results.get(case) or {}).get("profile")
+        if prof:
+            top = "; ".join(f"{t['name'][:40]} {t['self_ms_per_step']:.2f} ms x{t['calls_per_step']:.0f}"
+                            for t in prof["top"][:5])
+            busy = f"GPU busy {prof['gpu_busy_share']:.0%}, " if prof["gpu_busy_share"] is not None else ""
+            lines.append(f"\nprofile {case} ({prof['steps']} Lightning steps): {busy}top per step: {top}")
     ref = results.get("hf-reference")
     if ref and "tokens_per_s" in ref:
         mfu = f"{ref['model_flops_per_s'] / ceiling:.1%}" if ceiling else "-"

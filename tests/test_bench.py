@@ -37,6 +37,7 @@ def test_tiny_benchmark_runs_on_the_cpu(tmp_path, data_dir, monkeypatch):
     for runner in ("lightning", "plain_loop"):
         assert case[runner]["tokens_per_s"] > 0 and case[runner]["timed_steps"] == 12 - 1 - 2
         assert case[runner]["real_tokens"] == case["plain_loop"]["real_tokens"]  # the same batches
+    assert len(case["profile"]["top"]) == 8 and case["profile"]["gpu_busy_share"] is None  # no GPU here
     job = results["minilm-main"]
     assert job["exit_code"] == 0 and 0 <= job["best"]["average"] <= 1 and job["first_to_last_step_seconds"] > 0
     assert results["matmul_tflops_per_s"] > 0
