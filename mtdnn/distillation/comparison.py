@@ -25,9 +25,12 @@ DISTILLED, GOLD_ONLY = "distilled", "gold-only"
 
 
 def predictions_of(task_type: str, outputs: np.ndarray) -> np.ndarray:
-    """Per-example predictions from model outputs ``(n, outputs)``: class (or candidate) ids, or scores."""
+    """Per-example predictions from model outputs ``(n, outputs)``: class (or candidate) ids, or scores (types
+    whose soft targets are mean predictions, regression)."""
+    from ..tasks.types import TASK_TYPES
+
     outputs = np.asarray(outputs)
-    if task_type == "regression":
+    if TASK_TYPES[task_type].soft_targets == "mean":
         return outputs.reshape(len(outputs))
     return outputs.argmax(-1)
 

@@ -84,8 +84,9 @@ def export_digest(export_dir: Path) -> str:
 
 
 def num_outputs(task: TaskDef) -> int:
-    """Outputs per example: classes (classification), candidates (ranking), 1 (regression)."""
-    return task.num_candidates if task.type == "ranking" else task.num_outputs
+    """Outputs per example, the soft targets' width: classes (classification), candidates (ranking),
+    1 (regression); the type's ``output_width``."""
+    return task.output_width
 
 
 # -------------------------------------------------------------------------------------------- cached outputs

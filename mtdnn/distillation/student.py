@@ -196,9 +196,18 @@ class DistillationModule(MultiTaskModule):
         super().__init__(encoder, tasks, **kwargs)
         # MultiTaskModule's save_hyperparameters() records distill_tasks, temperature and alpha too.
 
-    def task_loss(self, batch: dict, outputs: torch.Tensor) -> torch.Tensor:
+    def forward(self, batch: dict) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Training batches of distill tasks: ``(outputs, tempered)`` at the temperature (see
+        :meth:`mtdnn.modeling.model.MultiTaskModel.forward`); otherwise the outputs."""
+        if not (self.training and batch["task"] in self.hparams.distill_tasks):
+            return super().forward(batch)
+        return self.model(batch["task"], batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"),
+                          batch.get("head_inputs"), temperature=self.hparams.temperature)
+
+    def task_loss(self, batch: dict, outputs) -> torch.Tensor:
         if batch["task"] not in self.hparams.distill_tasks:
             return super().task_loss(batch, outputs)
+        outputs, tempered = outputs if isinstance(outputs, tuple) else (outputs, None)
         if "teacher_logits" not in batch:
             raise RuntimeError(f"a batch of distill task '{batch['task']}' has no teacher_logits "
                                "(use DistillationDataModule)")
@@ -206,7 +215,7 @@ class DistillationModule(MultiTaskModule):
         # The normaliser of MultiTaskModule.task_loss: global real examples / world size (see mtdnn.modeling.losses).
         loss = DISTILLATION_LOSSES[task.loss_name](outputs, batch["teacher_logits"], batch["labels"], batch["weight"],
                                                    self.loss_normalizer(batch), self.hparams.temperature,
-                                                   self.hparams.alpha)
+                                                   self.hparams.alpha, student_tempered=tempered)
         return task.loss_weight * loss
 
 

@@ -66,21 +66,28 @@ def score(task: TaskDef, outputs: torch.Tensor, labels: torch.Tensor) -> dict[st
 
 
 def ensemble_outputs(task_type: str, outputs: torch.Tensor) -> torch.Tensor:
-    """The ensemble of ``outputs`` ``(n, members, outputs)``: averaged probabilities ``(n, classes)`` at T = 1,
-    or the mean prediction ``(n,)`` for regression."""
+    """The ensemble of ``outputs`` ``(n, members, outputs)`` as the type's ``soft_targets`` says: averaged
+    probabilities ``(n, classes)`` at T = 1, or the mean prediction ``(n,)`` (regression)."""
     from ..modeling.losses import ensemble_prediction, ensemble_probabilities
+    from ..tasks.types import TASK_TYPES
 
-    return ensemble_prediction(outputs) if task_type == "regression" else ensemble_probabilities(outputs)
+    if TASK_TYPES[task_type].soft_targets == "mean":
+        return ensemble_prediction(outputs)
+    return ensemble_probabilities(outputs)
 
 
 def pairwise_disagreement(task_type: str, outputs: torch.Tensor) -> list[dict]:
-    """For each pair of members, the fraction of examples whose predicted class differs (regression: the mean
-    absolute difference of their predictions). ``outputs`` ``(n, members, outputs)``."""
+    """For each pair of members, the fraction of examples whose predicted class differs (types whose soft
+    targets are mean predictions, regression: the mean absolute difference of their predictions).
+    ``outputs`` ``(n, members, outputs)``."""
+    from ..tasks.types import TASK_TYPES
+
+    mean_predictions = TASK_TYPES[task_type].soft_targets == "mean"
     members = outputs.shape[1]
     pairs = []
     for i in range(members):
         for j in range(i + 1, members):
-            if task_type == "regression":
+            if mean_predictions:
                 value = (outputs[:, i, 0] - outputs[:, j, 0]).abs().mean()
             else:
                 value = (outputs[:, i].argmax(-1) != outputs[:, j].argmax(-1)).float().mean()
@@ -95,15 +102,17 @@ def _split_outputs(teacher_dir: Path, task: TaskDef, split: str, data_dir: Path)
     raw = load_split(task, split, data_dir)
     ids = [ex.id for ex in raw.examples]
     outputs = torch.from_numpy(soft_targets.teacher_outputs(teacher_dir, task, split, data_dir, ids))
-    labels = torch.tensor([ex.label for ex in raw.examples],
-                          dtype=torch.float32 if task.type == "regression" else torch.long)
+    labels = torch.tensor([ex.label for ex in raw.examples])  # int64 ids, or float32 scores
     return outputs, labels
 
 
 def soft_target_summary(task_type: str, outputs: torch.Tensor, labels: torch.Tensor) -> dict:
     """What the ensemble's soft targets carry on one split (see :mod:`mtdnn.distillation.calibration`):
-    ``outputs`` ``(n, members, classes)`` logits, or ``(n, members, 1)`` regression predictions."""
-    if task_type == "regression":
+    ``outputs`` ``(n, members, classes)`` logits, or ``(n, members, 1)`` predictions of a type whose soft targets
+    are mean predictions (regression)."""
+    from ..tasks.types import TASK_TYPES
+
+    if TASK_TYPES[task_type].soft_targets == "mean":
         return regression_summary(outputs, labels)
     return classification_summary(outputs, labels)
 
@@ -140,7 +149,7 @@ def summarize(teacher_dir: Path, tasks: dict[str, TaskDef], data_dir: Path) -> d
             split_outputs, split_labels = _split_outputs(teacher_dir, task, split, data_dir)
             carried[split] = soft_target_summary(task.type, split_outputs, split_labels)
         outputs, labels = split_outputs, split_labels  # dev
-        if task.type != "regression":
+        if task.task_type.soft_targets == "probabilities":
             carried["temperature_scaling"] = {"split": "dev", **temperature_scaling(outputs, labels, seed=0)}
         ensemble = score(task, ensemble_outputs(task.type, outputs), labels)
         ensemble_scores[name] = ensemble
@@ -149,7 +158,7 @@ def summarize(teacher_dir: Path, tasks: dict[str, TaskDef], data_dir: Path) -> d
         if pairs and all(p["value"] == 0 for p in pairs):
             log.warning("task '%s': the %d members make identical dev predictions; vary their seeds or dropout",
                         name, len(members))
-        measure = ("mean absolute difference of predictions" if task.type == "regression"
+        measure = ("mean absolute difference of predictions" if task.task_type.soft_targets == "mean"
                    else "fraction of examples with a different predicted class")
         report["tasks"][name] = {"metric": metric, "members": members, "mean": mean, "std": std,
                                  "ensemble": {"dev": ensemble, "score": ensemble[metric]},

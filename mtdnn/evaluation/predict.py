@@ -71,11 +71,11 @@ def input_columns(task: TaskDef) -> list[str]:
 
 
 def make_example(task: TaskDef, fields: list[str], example_id: str, line: int) -> Example:
-    """An unlabelled :class:`~mtdnn.tasks.data.Example` from fields in :func:`input_columns` order."""
-    if task.type == "ranking":
-        k = len(task.text)
-        return Example(id=example_id, line=line, text_a=" ".join(fields[:k]), candidates=list(fields[k:]))
-    return Example(id=example_id, line=line, text_a=fields[0], text_b=fields[1] if len(fields) > 1 else None)
+    """An unlabelled :class:`~mtdnn.tasks.data.Example` from fields in :func:`input_columns` order (the type's
+    ``make_examples``)."""
+    [example] = task.task_type.make_examples(task, dict(zip(input_columns(task), fields)), line)
+    example.id = example_id
+    return example
 
 
 def parse_lines(lines: list[str], source: str, task: TaskDef, fmt: str) -> list[Example]:
@@ -156,11 +156,12 @@ def text_example(texts: list[str], task: TaskDef) -> list[Example]:
 def format_predictions(task: TaskDef, ids: list[str], predictions: list[dict], fmt: str) -> str:
     """The output file's text: ``tsv``, ``jsonl`` or ``glue`` (see the module docstring)."""
     if fmt == "glue":
-        shown = [f"{p['prediction']:.3f}" if task.type == "regression" else str(p["prediction"]) for p in predictions]
+        shown = [f"{p['prediction']:.3f}" if isinstance(p["prediction"], float) else str(p["prediction"])
+                 for p in predictions]
         return "index\tprediction\n" + "".join(f"{i}\t{s}\n" for i, s in zip(ids, shown))
     rows = []
     for i, p in zip(ids, predictions):
-        row = {"id": i, "prediction": round(p["prediction"], 6) if task.type == "regression" else p["prediction"]}
+        row = {"id": i, "prediction": round(p["prediction"], 6) if isinstance(p["prediction"], float) else p["prediction"]}
         if "probabilities" in p:
             row["probability"] = round(p["probability"], 6)
             row["probabilities"] = {k: round(v, 6) for k, v in p["probabilities"].items()}

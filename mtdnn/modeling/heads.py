@@ -1,5 +1,10 @@
 """Task heads: pool the shared encoder's output, apply dropout, project to the task's outputs.
 
+:data:`HEADS` maps each ``head.type`` a task type allows (:data:`mtdnn.tasks.types.TASK_TYPES`) to the
+function that builds it from the task and the encoder. A head is called as
+``head(hidden, attention_mask, pooled, **head_inputs)``, where ``head_inputs`` are the extra tensors the task
+type's collation puts in a batch (e.g. SAN's ``sequence_ids``).
+
 Shapes: the encoder gives ``hidden`` ``(batch, seq_len, hidden_size)`` and, for encoders with a pooler (BERT),
 ``pooled`` ``(batch, hidden_size)`` = tanh(W h_[CLS] + b). A head returns
 
@@ -16,6 +21,8 @@ from torch import nn
 
 from ..errors import ConfigError
 from ..tasks.taskdef import TaskDef
+from .mlm import mlm_head
+from .san import san_head
 
 
 def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooled: torch.Tensor | None, pooling: str) -> torch.Tensor:
@@ -38,22 +45,31 @@ def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooled: torch.Tenso
 
 
 class TaskHead(nn.Module):
-    """Pooling -> dropout -> linear layer for one task (see the module docstring for output shapes)."""
+    """Pooling -> dropout -> linear layer for one task (see the module docstring for output shapes); the type's
+    :attr:`~mtdnn.tasks.types.TaskType.head_outputs` shapes the result."""
 
     def __init__(self, task: TaskDef, hidden_size: int):
         super().__init__()
-        self.task_type = task.type
+        self.task = task
         self.pooling = task.head.pooling
-        self.num_candidates = task.num_candidates
         self.dropout = nn.Dropout(task.head.dropout)
         self.out = nn.Linear(hidden_size, task.num_outputs)
         nn.init.normal_(self.out.weight, std=0.02)
         nn.init.zeros_(self.out.bias)
 
-    def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor, pooled: torch.Tensor | None) -> torch.Tensor:
+    def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor, pooled: torch.Tensor | None,
+                temperature: float | None = None,
+                **head_inputs: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """The task's outputs; with ``temperature`` T, ``(outputs, outputs / T)`` (what distillation compares
+        with the soft targets, see :class:`mtdnn.modeling.san.SanHead` for a head where it differs)."""
         x = self.out(self.dropout(pool(hidden, attention_mask, pooled, self.pooling)))
-        if self.task_type == "classification":
-            return x
-        if self.task_type == "regression":
-            return x.squeeze(-1)
-        return x.view(-1, self.num_candidates)
+        out = self.task.task_type.head_outputs(self.task, x)
+        return out if temperature is None else (out, out.float() / temperature)
+
+
+def linear_head(task: TaskDef, encoder: nn.Module) -> TaskHead:
+    """:class:`TaskHead` sized to the encoder's hidden size."""
+    return TaskHead(task, encoder.config.hidden_size)
+
+
+HEADS = {"linear": linear_head, "san": san_head, "mlm": mlm_head}

@@ -11,6 +11,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .mlm import mlm_cross_entropy
+
 
 def _reduce(per_example: torch.Tensor, weight: torch.Tensor, normalizer: float) -> torch.Tensor:
     return (per_example * weight).sum() / normalizer
@@ -45,7 +47,8 @@ def soft_cross_entropy(student_logits: torch.Tensor, soft_targets: torch.Tensor,
     return -(soft_targets * F.log_softmax(student_logits.float() / temperature, dim=-1)).sum(-1)
 
 
-LOSSES = {"cross_entropy": cross_entropy, "mse": mse, "ranking_cross_entropy": ranking_cross_entropy}
+LOSSES = {"cross_entropy": cross_entropy, "mse": mse, "ranking_cross_entropy": ranking_cross_entropy,
+          "mlm_cross_entropy": mlm_cross_entropy}
 
 
 # ----------------------------------------------------------------------------------------------- distillation
@@ -72,7 +75,7 @@ def ensemble_prediction(teacher_predictions: torch.Tensor) -> torch.Tensor:
 
 def distillation_cross_entropy(student_logits: torch.Tensor, teacher_logits: torch.Tensor, labels: torch.Tensor,
                                weight: torch.Tensor, normalizer: float, temperature: float = 1.0,
-                               alpha: float = 0.5) -> torch.Tensor:
+                               alpha: float = 0.5, student_tempered: torch.Tensor | None = None) -> torch.Tensor:
     """Knowledge-distillation loss of a classification (or ranking) task.
 
     Per example, with s the student's logits ``(batch, classes)`` and q = :func:`ensemble_probabilities` of
@@ -83,20 +86,29 @@ def distillation_cross_entropy(student_logits: torch.Tensor, teacher_logits: tor
     (Hinton et al. 2015, arXiv 1503.02531: the T^2 keeps the soft term's gradient scale independent of T; MT-DNN-KD,
     arXiv 1904.09482, uses T = 1.) The gradient of the soft term with respect to s is
     ``alpha * T * (softmax(s / T) - q)``. Reduced as every loss here: ``sum_i w_i l_i / normalizer``.
+
+    ``student_tempered`` ``(batch, classes)``: when the head gives it, the soft term uses ``log_softmax`` of it in
+    place of ``log_softmax(s / T)`` (SAN: log mean_k softmax(z^k / T), the temperature applied to each step's
+    logits before averaging, :mod:`mtdnn.modeling.san`).
     """
-    soft = soft_cross_entropy(student_logits, ensemble_probabilities(teacher_logits, temperature), temperature)
+    q = ensemble_probabilities(teacher_logits, temperature)
+    if student_tempered is None:
+        soft = soft_cross_entropy(student_logits, q, temperature)
+    else:
+        soft = soft_cross_entropy(student_tempered, q, 1.0)
     gold = F.cross_entropy(student_logits.float(), labels, reduction="none")
     return _reduce(alpha * temperature**2 * soft + (1.0 - alpha) * gold, weight, normalizer)
 
 
 def distillation_mse(student_scores: torch.Tensor, teacher_predictions: torch.Tensor, targets: torch.Tensor,
                      weight: torch.Tensor, normalizer: float, temperature: float = 1.0,
-                     alpha: float = 0.5) -> torch.Tensor:
+                     alpha: float = 0.5, student_tempered: torch.Tensor | None = None) -> torch.Tensor:
     """Knowledge-distillation loss of a regression task: squared error to the members' mean prediction, mixed
     with the gold squared error, ``l = alpha * (s - mean_m p_m)^2 + (1 - alpha) * (s - y)^2``.
 
     ``student_scores`` ``(batch,)``, ``teacher_predictions`` ``(batch, members, 1)``, ``targets`` ``(batch,)``.
-    The temperature does not apply to regression (the argument is accepted for a uniform signature).
+    The temperature does not apply to regression (it and ``student_tempered`` are accepted for a uniform
+    signature).
     """
     scores = student_scores.float()
     soft = (scores - ensemble_prediction(teacher_predictions)) ** 2

@@ -17,38 +17,33 @@ from torchmetrics.classification import BinaryF1Score, MulticlassAccuracy, Multi
 from torchmetrics.regression import PearsonCorrCoef, SpearmanCorrCoef
 
 from ..tasks.taskdef import TaskDef
+from ..tasks.types import TASK_TYPES
+from .mlm import MaskedTokenAccuracy, MaskedTokenLoss
+
+
+METRICS = {
+    "accuracy": lambda task: MulticlassAccuracy(num_classes=task.output_width, average="micro"),
+    "f1": lambda task: BinaryF1Score(),
+    "mcc": lambda task: MulticlassMatthewsCorrCoef(num_classes=task.output_width),
+    "pearson": lambda task: PearsonCorrCoef(),
+    "spearman": lambda task: SpearmanCorrCoef(),
+    "masked_accuracy": lambda task: MaskedTokenAccuracy(),
+    "masked_loss": lambda task: MaskedTokenLoss(),
+}
+"""Metric name (a task type's ``metrics``, :data:`mtdnn.tasks.types.TASK_TYPES`) -> factory of the torchmetrics
+object for a task; classes are the task's ``output_width`` (labels, or candidates for ranking)."""
 
 
 def build_metrics(task: TaskDef) -> MetricCollection:
     """The task's metrics, in the order listed in its definition (the first is the selection metric)."""
-    classes = task.num_outputs if task.type == "classification" else task.num_candidates
-    factories = {
-        "accuracy": lambda: MulticlassAccuracy(num_classes=classes, average="micro"),
-        "f1": lambda: BinaryF1Score(),
-        "mcc": lambda: MulticlassMatthewsCorrCoef(num_classes=classes),
-        "pearson": lambda: PearsonCorrCoef(),
-        "spearman": lambda: SpearmanCorrCoef(),
-    }
-    return MetricCollection({name: factories[name]() for name in task.metric_names})
-
-
-def predictions(task_type: str, outputs: torch.Tensor) -> torch.Tensor:
-    """What the metrics compare with the labels: class (or candidate) ids ``(batch,)``, or scores ``(batch,)``."""
-    return outputs.float() if task_type == "regression" else outputs.argmax(-1)
+    return MetricCollection({name: METRICS[name](task) for name in task.metric_names})
 
 
 def update_metrics(metrics: MetricCollection, task_type: str, outputs: torch.Tensor, labels: torch.Tensor,
                    weight: torch.Tensor) -> None:
-    """Add a batch to ``metrics``, leaving out weight-0 (padding) examples.
-
-    Regression scores are accumulated in float64 (except on MPS, which has none): torchmetrics merges
-    Pearson's running moments across DDP ranks, and in float32 that merge alone moves the result by ~1e-6.
-    """
-    keep = weight > 0
-    preds, labels = predictions(task_type, outputs)[keep], labels[keep]
-    if task_type == "regression" and preds.device.type != "mps":
-        preds, labels = preds.double(), labels.double()
-    metrics.update(preds, labels)
+    """Add a batch to ``metrics``, leaving out weight-0 (padding) examples: the type's ``metric_inputs`` give
+    what is compared (ids, scores in float64, or an MLM task's logits and original tokens)."""
+    metrics.update(*TASK_TYPES[task_type].metric_inputs(outputs, labels, weight))
 
 
 def compute_metrics(metrics: MetricCollection) -> dict[str, float]:

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from ..errors import ConfigError
-from .heads import TaskHead
+from .heads import HEADS
 from ..tasks.taskdef import TaskDef
 
 PACKAGED_MINILM = "packaged-minilm"
@@ -72,7 +72,7 @@ def load_tokenizer(name: str, trust_remote_code: bool = False):
 
 
 class MultiTaskModel(nn.Module):
-    """A shared encoder and a :class:`~mtdnn.modeling.heads.TaskHead` per task.
+    """A shared encoder and a head per task, built by :data:`~mtdnn.modeling.heads.HEADS` from ``head.type``.
 
     Args:
         encoder: a Hugging Face encoder (returns ``last_hidden_state`` and optionally ``pooler_output``).
@@ -82,19 +82,31 @@ class MultiTaskModel(nn.Module):
     def __init__(self, encoder: nn.Module, tasks: dict[str, TaskDef]):
         super().__init__()
         self.encoder = encoder
-        hidden_size = encoder.config.hidden_size
-        self.heads = nn.ModuleDict({name: TaskHead(task, hidden_size) for name, task in tasks.items()})
+        self.heads = nn.ModuleDict({name: HEADS[task.head_type](task, encoder) for name, task in tasks.items()})
         has_pooler = getattr(encoder, "pooler", None) is not None
         for name, task in tasks.items():
-            if task.head.pooling == "pooler" and not has_pooler:
+            if task.head_type == "linear" and task.head.pooling == "pooler" and not has_pooler:
                 raise ConfigError(f"task '{name}', field 'head.pooling': 'pooler' but the encoder "
                                   f"({type(encoder).__name__}) has no pooler; use cls or mean")
         self.train()  # from_pretrained returns the encoder in eval mode, which would disable dropout
 
     def forward(self, task: str, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
-        """Outputs of ``task``'s head for ``input_ids`` ``(batch, seq_len)`` (see :mod:`mtdnn.modeling.heads`)."""
+                token_type_ids: torch.Tensor | None = None,
+                head_inputs: dict[str, torch.Tensor] | None = None,
+                temperature: float | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Outputs of ``task``'s head for ``input_ids`` ``(batch, seq_len)`` (see :mod:`mtdnn.modeling.heads`).
+
+        ``head_inputs``: the batch's extra tensors for the head (a collated batch's ``head_inputs``), on the
+        model's device. ``temperature`` T (distillation): the head returns ``(outputs, tempered)``, where
+        ``log_softmax(tempered)`` are the student's log-probabilities at T (logits / T for a linear head; for
+        SAN, each step's logits divided by T before averaging).
+        """
         kwargs = {"token_type_ids": token_type_ids} if token_type_ids is not None else {}
         out = self.encoder(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
-        return self.heads[task](out.last_hidden_state, attention_mask, getattr(out, "pooler_output", None))
+        extra = dict(head_inputs or {})
+        if getattr(self.heads[task], "tied_to_input_embeddings", False):  # MLM: the tied output projection
+            extra["embeddings"] = self.encoder.get_input_embeddings().weight
+        if temperature is not None:
+            extra["temperature"] = temperature
+        return self.heads[task](out.last_hidden_state, attention_mask, getattr(out, "pooler_output", None), **extra)
 

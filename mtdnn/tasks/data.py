@@ -29,6 +29,7 @@ from typing import Any, Sequence
 import torch
 
 from ..errors import ConfigError, DataError
+from .rows import Example
 from .taskdef import SplitSpec, TaskDef
 
 log = logging.getLogger(__name__)
@@ -62,18 +63,6 @@ def resolve_data_dir(flag: str | None) -> Path:
 def cache_dir() -> Path:
     """Where tokenized splits are cached: ``$MTDNN_CACHE_DIR`` or ``~/.cache/mtdnn`` (never beside the data)."""
     return Path(os.environ.get(CACHE_DIR_ENV) or Path.home() / ".cache" / "mtdnn").expanduser()
-
-
-@dataclass
-class Example:
-    """One parsed row: texts, label (class id, score or correct-candidate index; None when unlabelled)."""
-
-    id: str
-    line: int
-    text_a: str
-    text_b: str | None = None
-    candidates: list[str] | None = None
-    label: int | float | None = None
 
 
 @dataclass
@@ -182,34 +171,11 @@ def _read_hub(spec: SplitSpec) -> tuple[list[str], list[tuple[int, dict[str, str
     return list(ds.column_names), rows, f"hub:{hub.path}:{hub.name}:{hub.split}:{ds._fingerprint}"
 
 
-def _parse_label(task: TaskDef, value: str) -> int | float:
-    """Parse a label field; raises ValueError with a reason naming the valid values."""
-    value = value.strip()
-    if task.type == "classification":
-        assert task.labels is not None
-        if value in task.labels:
-            return task.labels.index(value)
-        if value.lstrip("-").isdigit() and 0 <= int(value) < len(task.labels):
-            return int(value)
-        raise ValueError(f"not a label of this task (labels: {', '.join(task.labels)}, or their ids 0..{len(task.labels) - 1})")
-    if task.type == "regression":
-        try:
-            score = float(value)
-        except ValueError:
-            raise ValueError("not a number") from None
-        if not math.isfinite(score):
-            raise ValueError("not a finite number")
-        return score
-    k = task.num_candidates
-    if value.lstrip("-").isdigit() and 0 <= int(value) < k:
-        return int(value)
-    raise ValueError(f"not a candidate index 0..{k - 1}")
-
-
 def _build_examples(task: TaskDef, split: str, source: str, columns: list[str], rows,
                     dropped: list[int] | None = None) -> list[Example]:
     """Parse rows into examples; rows whose label is in ``task.drop_labels`` are left out (their lines are
     appended to ``dropped`` when given)."""
+    kind = task.task_type
     needed = list(task.text) + list(task.candidates or [])
     spec = task.splits[split]
     for col in needed + ([spec.id] if spec.id else []):
@@ -217,12 +183,13 @@ def _build_examples(task: TaskDef, split: str, source: str, columns: list[str], 
             field_name = "id" if col == spec.id else ("candidates" if col in (task.candidates or []) else "text")
             raise DataError(f"{source}: task '{task.name}', field '{field_name}': column '{col}' is not in the file "
                             f"(columns: {', '.join(columns)})")
-    has_label = not columns or task.label in columns
-    if not has_label and split in LABELLED_SPLITS:
+    has_label = kind.parse_label is not None and (not columns or task.label in columns)
+    if kind.parse_label is not None and not has_label and split in LABELLED_SPLITS:
         raise DataError(f"{source}: task '{task.name}', field 'label': column '{task.label}' is not in the file "
                         f"(columns: {', '.join(columns)})")
 
     examples: list[Example] = []
+    rows_kept = 0
     for line, row in rows:
         problem = None
         if "__fields__" in row:
@@ -240,7 +207,7 @@ def _build_examples(task: TaskDef, split: str, source: str, columns: list[str], 
             continue
         if problem is None and has_label:
             try:
-                label = _parse_label(task, row[task.label])
+                label = kind.parse_label(task, row[task.label])
             except ValueError as err:
                 problem = (task.label, row[task.label], str(err))
         if problem is not None:
@@ -251,14 +218,13 @@ def _build_examples(task: TaskDef, split: str, source: str, columns: list[str], 
                 log.warning("skipping malformed row: %s", message)
                 continue
             raise DataError(message + " [set on_malformed: skip in the task definition to skip such rows]")
-        texts = [row[c] for c in task.text]
-        if task.type == "ranking":
-            ex = Example(id="", line=line, text_a=" ".join(texts), candidates=[row[c] for c in task.candidates or []])
-        else:
-            ex = Example(id="", line=line, text_a=texts[0], text_b=texts[1] if len(texts) > 1 else None)
-        ex.id = row[spec.id] if spec.id else str(len(examples))
-        ex.label = label
-        examples.append(ex)
+        made = kind.make_examples(task, row, line)
+        row_id = row[spec.id] if spec.id else str(rows_kept)
+        rows_kept += 1
+        for k, ex in enumerate(made):
+            ex.id = row_id if len(made) == 1 else f"{row_id}.{k}"
+            ex.label = label
+            examples.append(ex)
     return examples
 
 
@@ -318,7 +284,7 @@ def _carved_positions(n: int, size: int, seed: int, source: str, task: str) -> l
 def fold_strata(task: TaskDef, examples: Sequence["Example"]) -> list[int]:
     """The stratum of each example for K-fold assignment: its class id (ranking: the correct candidate), or its
     score rounded to an integer (regression; STS-B's 0..5)."""
-    return [int(round(ex.label)) if task.type == "regression" else int(ex.label) for ex in examples]
+    return [int(round(ex.label)) if isinstance(ex.label, float) else int(ex.label) for ex in examples]  # scores: rounded
 
 
 def _fold_split(task: TaskDef, split: str, data_dir: Path) -> RawSplit:
@@ -398,7 +364,8 @@ class TokenizedSplit(torch.utils.data.Dataset):
 
     ``input_ids[i]`` is ``list[int]`` (length <= max_length); for ranking tasks it is a list of
     ``num_candidates`` such sequences. ``lengths[i]`` is the (longest) sequence length in tokens.
-    ``labels`` is None for an unlabelled split.
+    ``labels`` is None for an unlabelled split. ``features`` holds the task type's own per-example columns
+    (e.g. ``sequence_ids`` for a SAN head), which items carry under the same names.
     """
 
     task: str
@@ -408,6 +375,7 @@ class TokenizedSplit(torch.utils.data.Dataset):
     token_type_ids: list | None
     labels: list | None
     lengths: list[int]
+    features: dict[str, list] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -418,44 +386,35 @@ class TokenizedSplit(torch.utils.data.Dataset):
             item["token_type_ids"] = self.token_type_ids[i]
         if self.labels is not None:
             item["label"] = self.labels[i]
+        for name, column in self.features.items():
+            item[name] = column[i]
         return item
 
     def head(self, n: int) -> "TokenizedSplit":
         """The first ``n`` rows (``--limit-train-examples``)."""
-        cut = lambda seq: None if seq is None else seq[:n]  # noqa: E731
-        return TokenizedSplit(self.task, self.split, self.ids[:n], self.input_ids[:n], cut(self.token_type_ids),
-                              cut(self.labels), self.lengths[:n])
+        return self.subset(range(min(n, len(self))))
 
     def subset(self, positions: Sequence[int]) -> "TokenizedSplit":
         """The rows at ``positions``, in that order."""
         pick = lambda seq: None if seq is None else [seq[i] for i in positions]  # noqa: E731
         return TokenizedSplit(self.task, self.split, pick(self.ids), pick(self.input_ids), pick(self.token_type_ids),
-                              pick(self.labels), pick(self.lengths))
+                              pick(self.labels), pick(self.lengths), {k: pick(v) for k, v in self.features.items()})
+
+    @classmethod
+    def from_columns(cls, task: str, split: str, columns: dict[str, list]) -> "TokenizedSplit":
+        """From the columns of :func:`_tokenize` (or the cached dataset): ``id``, ``input_ids``, ``length``,
+        optional ``token_type_ids`` and ``label``; any other column is a feature."""
+        known = {"id", "input_ids", "length", "token_type_ids", "label"}
+        return cls(task=task, split=split, ids=columns["id"], input_ids=columns["input_ids"],
+                   token_type_ids=columns.get("token_type_ids"), labels=columns.get("label"),
+                   lengths=columns["length"], features={k: v for k, v in columns.items() if k not in known})
 
 
 def _tokenize(raw: RawSplit, task: TaskDef, tokenizer, max_length: int) -> dict[str, list]:
-    use_types = "token_type_ids" in tokenizer.model_input_names
-    kwargs = dict(truncation=True, max_length=max_length, return_attention_mask=False,
-                  return_token_type_ids=use_types)
+    """The type's tokenization (:attr:`mtdnn.tasks.types.TaskType.tokenize`) plus the ``id`` and ``label`` columns."""
     exs = raw.examples
-    if task.type == "ranking":
-        k = task.num_candidates
-        firsts = [ex.text_a for ex in exs for _ in range(k)]
-        seconds = [c for ex in exs for c in ex.candidates or []]
-        enc = tokenizer(firsts, seconds, **kwargs)
-        group = lambda seq: [seq[i * k:(i + 1) * k] for i in range(len(exs))]  # noqa: E731
-        input_ids = group(enc["input_ids"])
-        token_types = group(enc["token_type_ids"]) if use_types else None
-        lengths = [max(len(s) for s in g) for g in input_ids]
-    else:
-        seconds = [ex.text_b for ex in exs] if task.text[1:] else None
-        enc = tokenizer([ex.text_a for ex in exs], seconds, **kwargs)
-        input_ids = enc["input_ids"]
-        token_types = enc["token_type_ids"] if use_types else None
-        lengths = [len(s) for s in input_ids]
-    columns = {"id": [ex.id for ex in exs], "input_ids": input_ids, "length": lengths}
-    if token_types is not None:
-        columns["token_type_ids"] = token_types
+    columns = {"id": [ex.id for ex in exs], **task.task_type.tokenize(exs, task, tokenizer, max_length)}
+    # (a type that packs several examples into one sequence, mlm, gives its own "id" column)
     if raw.labelled:
         columns["label"] = [ex.label for ex in exs]
     return columns
@@ -468,10 +427,7 @@ def tokenize_examples(examples: Sequence[Example], task: TaskDef, tokenizer, max
     ``max_length`` defaults to the task's. ``split`` only names the result.
     """
     raw = RawSplit(task.name, split, split, "", list(examples))
-    columns = _tokenize(raw, task, tokenizer, max_length or task.max_length)
-    return TokenizedSplit(task=task.name, split=split, ids=columns["id"], input_ids=columns["input_ids"],
-                          token_type_ids=columns.get("token_type_ids"), labels=columns.get("label"),
-                          lengths=columns["length"])
+    return TokenizedSplit.from_columns(task.name, split, _tokenize(raw, task, tokenizer, max_length or task.max_length))
 
 
 def _cache_key(digest: str, task: TaskDef, split: str, tokenizer, max_length: int) -> str:
@@ -480,6 +436,8 @@ def _cache_key(digest: str, task: TaskDef, split: str, tokenizer, max_length: in
     parse_rules["splits"] = {k: v.model_dump(mode="json") for k, v in task.splits.items()}
     if task.drop_labels:  # only when set, so that other tasks keep their cache keys
         parse_rules["drop_labels"] = task.drop_labels
+    if task.head.type:  # a head may need its own columns (SAN: sequence_ids); only when set, as above
+        parse_rules["head"] = task.head.type
     payload = json.dumps({"v": 1, "digest": digest, "rules": parse_rules, "max_length": max_length,
                           "tokenizer": tokenizer_fingerprint(tokenizer)}, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:24]
@@ -526,42 +484,23 @@ def tokenized_split(task: TaskDef, split: str, data_dir: Path, tokenizer, max_le
                 os.replace(tmp, path)
             except OSError:  # another process wrote it first
                 shutil.rmtree(tmp, ignore_errors=True)
-    columns = ds.to_dict()
-    return TokenizedSplit(task=task.name, split=split, ids=columns["id"], input_ids=columns["input_ids"],
-                          token_type_ids=columns.get("token_type_ids"), labels=columns.get("label"),
-                          lengths=columns["length"])
+    return TokenizedSplit.from_columns(task.name, split, ds.to_dict())
 
 
 # ----------------------------------------------------------------------------------------------- batching
 
 
-def collate(features: list[dict[str, Any]], task: TaskDef, pad_token_id: int, pad_to_multiple_of: int = 1) -> dict:
-    """Pad a list of items from :class:`TokenizedSplit` into a batch for ``task`` (dynamic padding).
+def collate(features: list[dict[str, Any]], task: TaskDef, pad_token_id: int, pad_to_multiple_of: int = 1,
+            tokenizer=None) -> dict:
+    """Pad a list of items from :class:`TokenizedSplit` into a batch for ``task`` (dynamic padding), with the
+    type's collation (:attr:`mtdnn.tasks.types.TaskType.collate`).
 
     Returns a dict with ``task`` (name), ``input_ids``, ``attention_mask`` and, if present, ``token_type_ids``,
     each ``(batch * num_candidates, seq_len)`` int64 with ``seq_len`` the longest sequence rounded up to
     ``pad_to_multiple_of``; ``idx`` ``(batch,)`` row positions; ``weight`` ``(batch,)`` float32 (0 masks an
     example out of loss and metrics: used for DDP padding); ``labels`` ``(batch,)`` (int64 class or candidate
-    index, or float32 score) when the split is labelled.
+    index, or float32 score) when the split is labelled; ``head_inputs``, a dict of tensors the head needs
+    beyond the encoder's output (e.g. SAN's ``sequence_ids``), when the type has any. ``tokenizer``: needed by
+    types that change tokens when collating (``mlm`` masks them; :mod:`mtdnn.tasks.mlm` gives its batch).
     """
-    seqs = [s for f in features for s in (f["input_ids"] if task.type == "ranking" else [f["input_ids"]])]
-    longest = max(len(s) for s in seqs)
-    seq_len = -(-longest // pad_to_multiple_of) * pad_to_multiple_of
-    input_ids = torch.full((len(seqs), seq_len), pad_token_id, dtype=torch.long)
-    attention_mask = torch.zeros((len(seqs), seq_len), dtype=torch.long)
-    for row, s in enumerate(seqs):
-        input_ids[row, : len(s)] = torch.tensor(s, dtype=torch.long)
-        attention_mask[row, : len(s)] = 1
-    batch = {"task": task.name, "input_ids": input_ids, "attention_mask": attention_mask,
-             "idx": torch.tensor([f["idx"] for f in features], dtype=torch.long),
-             "weight": torch.tensor([f.get("weight", 1.0) for f in features], dtype=torch.float32)}
-    if "token_type_ids" in features[0]:
-        types = [t for f in features for t in (f["token_type_ids"] if task.type == "ranking" else [f["token_type_ids"]])]
-        token_type_ids = torch.zeros((len(seqs), seq_len), dtype=torch.long)
-        for row, t in enumerate(types):
-            token_type_ids[row, : len(t)] = torch.tensor(t, dtype=torch.long)
-        batch["token_type_ids"] = token_type_ids
-    if "label" in features[0]:
-        dtype = torch.float32 if task.type == "regression" else torch.long
-        batch["labels"] = torch.tensor([f["label"] for f in features], dtype=dtype)
-    return batch
+    return task.task_type.collate(features, task, pad_token_id, pad_to_multiple_of, tokenizer)

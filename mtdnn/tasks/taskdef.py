@@ -4,7 +4,7 @@ A task definition file has one top-level key, ``tasks``, mapping task names to d
 
     tasks:
       rte:
-        type: classification            # classification | regression | ranking
+        type: classification            # a key of mtdnn.tasks.types.TASK_TYPES: classification | regression | ranking
         splits:
           train: {path: glue/RTE/train.tsv}          # relative to the data root (--data-dir)
           dev:   {path: glue/RTE/dev.tsv}
@@ -28,27 +28,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..errors import ConfigError
-
-TaskType = Literal["classification", "regression", "ranking"]
-LossName = Literal["cross_entropy", "mse", "ranking_cross_entropy"]
-MetricName = Literal["accuracy", "f1", "mcc", "pearson", "spearman"]
-
-DEFAULT_LOSS: dict[str, str] = {
-    "classification": "cross_entropy",
-    "regression": "mse",
-    "ranking": "ranking_cross_entropy",
-}
-ALLOWED_METRICS: dict[str, set[str]] = {
-    "classification": {"accuracy", "f1", "mcc"},
-    "regression": {"pearson", "spearman"},
-    "ranking": {"accuracy"},
-}
-DEFAULT_METRICS: dict[str, list[str]] = {
-    "classification": ["accuracy"],
-    "regression": ["pearson", "spearman"],
-    "ranking": ["accuracy"],
-}
-
+from .types import TASK_TYPES, TaskType
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
@@ -137,14 +117,47 @@ class SplitSpec(_Strict):
 
 
 class HeadSpec(_Strict):
-    """Task head options: dropout before the output layer and how the sequence is pooled.
+    """Task head options: its type, dropout before the output layer and how the sequence is pooled.
 
+    ``type``: one of the task type's heads (:data:`mtdnn.tasks.types.TASK_TYPES`; default: its first, ``linear``
+    for the sentence-level types), ``san`` for the stochastic answer network of MT-DNN (classification of text
+    pairs, :class:`mtdnn.modeling.san.SanHead`) with ``steps`` reasoning steps (default 5) and ``step_dropout``,
+    the probability of dropping a whole step's prediction in training (default 0.1).
     ``pooling``: ``cls`` (hidden state of the first token), ``mean`` (mask-aware mean over tokens) or
     ``pooler`` (the encoder's pooled [CLS], dense + tanh, as BERT and MT-DNN use).
     """
 
+    type: str | None = None
     dropout: float = Field(default=0.1, ge=0.0, lt=1.0)
     pooling: Literal["cls", "mean", "pooler"] = "pooler"
+    steps: int | None = Field(default=None, ge=1, le=20)
+    step_dropout: float | None = Field(default=None, ge=0.0, lt=1.0)
+
+    @model_validator(mode="after")
+    def _san_options(self) -> "HeadSpec":
+        given = [k for k in ("steps", "step_dropout") if getattr(self, k) is not None]
+        if given and self.type != "san":
+            raise ValueError(f"{', '.join(given)}: only for head type 'san' (head type: {self.type or 'default'})")
+        return self
+
+
+class MaskingSpec(_Strict):
+    """How an ``mlm`` task masks its sequences (:mod:`mtdnn.tasks.masking`).
+
+    ``strategy``: ``static`` (BERT), ``dynamic`` (RoBERTa), ``whole_word``, ``span`` (SpanBERT); ``rate``: the
+    fraction of tokens predicted, in (0, 1) (0.15 in all three papers); ``seed``: fixes static and dev masks (and
+    seeds the dynamic ones); ``sbo``: SpanBERT's span boundary objective as well (``span`` only).
+    """
+
+    strategy: Literal["static", "dynamic", "whole_word", "span"] = "dynamic"
+    rate: float = Field(default=0.15, gt=0.0, lt=1.0)
+    seed: int = 0
+    sbo: bool = False
+
+    @field_validator("rate", mode="before")
+    @classmethod
+    def _rate_as_float(cls, value):
+        return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
 
 
 class TaskDef(_Strict):
@@ -162,15 +175,16 @@ class TaskDef(_Strict):
     """
 
     name: str
-    type: TaskType
+    type: str
     splits: dict[str, SplitSpec]
-    text: list[str] = Field(max_length=2)
+    text: list[str] = []
     candidates: list[str] | None = None
-    label: str
+    label: str | None = None
     labels: list[str] | None = None
-    loss: LossName | None = None
-    metrics: list[MetricName] | None = None
+    loss: str | None = None
+    metrics: list[str] | None = None
     head: HeadSpec = HeadSpec()
+    masking: MaskingSpec | None = None
     max_length: int = Field(default=128, ge=8, le=4096)
     sampling_weight: float = Field(default=1.0, gt=0.0)
     loss_weight: float = Field(default=1.0, ge=0.0)
@@ -187,28 +201,28 @@ class TaskDef(_Strict):
             return [str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v for v in value]
         return value
 
+    @field_validator("type")
+    @classmethod
+    def _known_type(cls, value: str) -> str:
+        if value not in TASK_TYPES:
+            raise ValueError(f"unknown task type (registered types: {', '.join(TASK_TYPES)})")
+        return value
+
     @model_validator(mode="after")
     def _consistent(self) -> "TaskDef":
-        if self.type == "classification":
-            if not self.labels or len(self.labels) < 2:
-                raise ValueError("a classification task needs 'labels' with at least two names")
-            if len(set(self.labels)) != len(self.labels):
-                raise ValueError(f"'labels' has duplicates: {self.labels}")
-        if not self.text and self.type != "ranking":
-            raise ValueError("'text' needs one column (single sentence) or two (premise, hypothesis)")
-        if self.type == "ranking":
-            if not self.candidates or len(self.candidates) < 2:
-                raise ValueError("a ranking task needs 'candidates' with at least two columns")
-        elif self.candidates is not None:
-            raise ValueError(f"'candidates' is only for ranking tasks, not {self.type}")
-        if self.loss is not None and self.loss != DEFAULT_LOSS[self.type]:
-            raise ValueError(f"loss '{self.loss}' does not fit a {self.type} task (use {DEFAULT_LOSS[self.type]})")
+        kind = self.task_type
+        kind.check(self)
+        if kind.parse_label is not None and self.label is None:
+            raise ValueError(f"a {self.type} task needs 'label' (the label column)")
+        if self.head.type is not None and self.head.type not in kind.heads:
+            raise ValueError(f"head type '{self.head.type}' does not fit a {self.type} task "
+                             f"(allowed: {', '.join(kind.heads)})")
+        if self.loss is not None and self.loss not in kind.losses:
+            raise ValueError(f"loss '{self.loss}' does not fit a {self.type} task (use {', '.join(kind.losses)})")
         for metric in self.metrics or []:
-            if metric not in ALLOWED_METRICS[self.type]:
+            if metric not in kind.metrics:
                 raise ValueError(
-                    f"metric '{metric}' does not fit a {self.type} task "
-                    f"(allowed: {', '.join(sorted(ALLOWED_METRICS[self.type]))})"
-                )
+                    f"metric '{metric}' does not fit a {self.type} task (allowed: {', '.join(sorted(kind.metrics))})")
         if self.drop_labels and set(self.drop_labels) & set(self.labels or []):
             raise ValueError(f"'drop_labels' {self.drop_labels} overlaps 'labels' {self.labels}: a value cannot be "
                              "both a class and a row to drop")
@@ -224,19 +238,39 @@ class TaskDef(_Strict):
         return self
 
     @property
+    def task_type(self) -> TaskType:
+        """The registry entry of this task's ``type`` (:data:`mtdnn.tasks.types.TASK_TYPES`)."""
+        return TASK_TYPES[self.type]
+
+    @property
+    def masking_spec(self) -> MaskingSpec:
+        """``masking``, defaulting to dynamic masking of 15% of the tokens."""
+        return self.masking or MaskingSpec()
+
+    @property
+    def head_type(self) -> str:
+        """``head.type``, defaulting to the type's first head (``linear`` for sentence-level types)."""
+        return self.head.type or self.task_type.heads[0]
+
+    @property
     def loss_name(self) -> str:
         """The loss, defaulting by task type (cross_entropy, mse, ranking_cross_entropy)."""
-        return self.loss or DEFAULT_LOSS[self.type]
+        return self.loss or self.task_type.losses[0]
 
     @property
     def metric_names(self) -> list[str]:
         """The metrics, first one used for model selection; defaults by task type."""
-        return list(self.metrics or DEFAULT_METRICS[self.type])
+        return list(self.metrics or self.task_type.default_metrics)
 
     @property
     def num_outputs(self) -> int:
-        """Output units of the head: classes for classification, 1 for regression and ranking."""
-        return len(self.labels) if self.type == "classification" else 1
+        """Output units of the head per encoded sequence: classes for classification, 1 for regression and ranking."""
+        return self.task_type.num_outputs(self)
+
+    @property
+    def output_width(self) -> int:
+        """Outputs per example as metrics and soft targets see them: classes, candidates (ranking), 1 (regression)."""
+        return self.task_type.output_width(self)
 
     @property
     def num_candidates(self) -> int:

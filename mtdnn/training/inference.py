@@ -155,8 +155,9 @@ def predict_outputs(model: MultiTaskModel, task: TaskDef, split: TokenizedSplit,
     for rows in EvalBatchSampler(split.lengths, batch_size):
         batch = collate([split[i] for i in rows], task, pad_token_id, pad_to_multiple_of)
         types = batch.get("token_type_ids")
+        extra = {"head_inputs": {k: v.to(device) for k, v in batch["head_inputs"].items()}} if "head_inputs" in batch else {}
         out = model(task.name, batch["input_ids"].to(device), batch["attention_mask"].to(device),
-                    None if types is None else types.to(device))
+                    None if types is None else types.to(device), **extra)
         if metrics is not None and "labels" in batch:
             update_metrics(metrics, task.type, out, batch["labels"].to(device), batch["weight"].to(device))
         orders.append(batch["idx"])
@@ -168,20 +169,11 @@ def predict_outputs(model: MultiTaskModel, task: TaskDef, split: TokenizedSplit,
 
 
 def decode(task: TaskDef, outputs: torch.Tensor) -> list[dict]:
-    """Turn head outputs into predictions, one dict per row.
+    """Turn head outputs into predictions, one dict per row, with the type's ``decode``
+    (:data:`mtdnn.tasks.types.TASK_TYPES`).
 
     classification: ``{"prediction": label name, "probability": p, "probabilities": {label: p}}`` with
     p = softmax(logits); regression: ``{"prediction": score}``; ranking: the index of the chosen candidate,
     with the softmax over the group keyed by candidate column.
     """
-    if task.type == "regression":
-        return [{"prediction": float(s)} for s in outputs.tolist()]
-    names = task.labels if task.type == "classification" else task.candidates
-    assert names is not None
-    probs = outputs.float().softmax(-1)
-    best = probs.argmax(-1).tolist()
-    rows = []
-    for i, p in zip(best, probs.tolist()):
-        rows.append({"prediction": names[i] if task.type == "classification" else i, "probability": p[i],
-                     "probabilities": dict(zip(names, p))})
-    return rows
+    return task.task_type.decode(task, outputs)

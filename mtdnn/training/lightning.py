@@ -28,10 +28,11 @@ class MultiTaskTrainSet(torch.utils.data.Dataset):
     """Indexes several tasks' training splits by the schedule's keys ``(task_index, row, weight, global_size)``.
 
     ``global_size`` (the step's real examples on all ranks together) is optional: 3-tuples are accepted.
+    Items carry the schedule's current ``epoch`` when a ``sampler`` is given (dynamic MLM masks change with it).
     """
 
-    def __init__(self, splits: list[TokenizedSplit]):
-        self.splits = splits
+    def __init__(self, splits: list[TokenizedSplit], sampler: MultiTaskBatchSampler | None = None):
+        self.splits, self.sampler = splits, sampler
 
     def __len__(self) -> int:
         return sum(len(s) for s in self.splits)
@@ -42,6 +43,8 @@ class MultiTaskTrainSet(torch.utils.data.Dataset):
         item["task_index"], item["weight"] = task, weight
         if len(key) > 3:
             item["global_examples"] = key[3]
+        if self.sampler is not None:
+            item["epoch"] = self.sampler.epoch
         return item
 
 
@@ -57,13 +60,14 @@ class TaskCollator:
     """
 
     def __init__(self, tasks: list[TaskDef], pad_token_id: int, pad_to_multiple_of: int = 1,
-                 length_buckets: list[int] | None = None):
+                 length_buckets: list[int] | None = None, tokenizer=None):
         self.tasks, self.pad_token_id, self.pad_to_multiple_of = tasks, pad_token_id, pad_to_multiple_of
         self.length_buckets = length_buckets
+        self.tokenizer = tokenizer  # for types that change tokens when collating (mlm)
 
     def __call__(self, features: list[dict[str, Any]]) -> dict:
         task = self.tasks[features[0].get("task_index", 0)]
-        batch = collate(features, task, self.pad_token_id, self.pad_to_multiple_of)
+        batch = collate(features, task, self.pad_token_id, self.pad_to_multiple_of, self.tokenizer)
         if self.length_buckets:
             batch = pad_to_bucket(batch, self.length_buckets, self.pad_token_id)
         batch["examples"] = sum(1 for f in features if f.get("weight", 1.0) > 0)
@@ -181,14 +185,15 @@ class MultiTaskDataModule(pl.LightningDataModule):
         self._rank, self._world = rank, world
 
     def _collator(self, tasks: list[TaskDef]) -> TaskCollator:
-        return TaskCollator(tasks, self.tokenizer.pad_token_id or 0, self.pad_to_multiple_of, self.length_buckets)
+        return TaskCollator(tasks, self.tokenizer.pad_token_id or 0, self.pad_to_multiple_of, self.length_buckets,
+                            self.tokenizer)
 
     def _processed_batches(self) -> int:
         return self.trainer.fit_loop.epoch_loop.batch_progress.current.processed
 
     def train_dataloader(self) -> DataLoader:
         # A generator of its own keeps DataLoader.__iter__ from drawing on the global RNG (exact resume).
-        return ScheduledDataLoader(MultiTaskTrainSet(self.train_sets), batch_sampler=self.train_sampler,
+        return ScheduledDataLoader(MultiTaskTrainSet(self.train_sets, self.train_sampler), batch_sampler=self.train_sampler,
                                    collate_fn=self._collator(list(self.tasks.values())),
                                    num_workers=self.num_workers, generator=torch.Generator().manual_seed(self.seed),
                                    progress=self._processed_batches if self.trainer else None)
@@ -258,7 +263,8 @@ class MultiTaskModule(pl.LightningModule):
         self.step_log: list[tuple[int, str]] = []  # (epoch, task) of every optimizer step, for schedule.json
 
     def forward(self, batch: dict) -> torch.Tensor:
-        return self.model(batch["task"], batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
+        return self.model(batch["task"], batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"),
+                          batch.get("head_inputs"))
 
     def on_train_epoch_start(self) -> None:
         sampler = getattr(self.trainer.datamodule, "train_sampler", None)
@@ -359,7 +365,9 @@ class MultiTaskModule(pl.LightningModule):
             metrics.reset()
         if self.trainer.sanity_checking or not scores:
             return  # nothing is recorded during Lightning's sanity check
-        average = average_score(scores, {n: self.task_defs[n].metric_names for n in scores})
+        # Tasks whose type is not selected (mlm) are scored but left out of the average that selects the best epoch.
+        selected = {n: s for n, s in scores.items() if self.task_defs[n].task_type.selected}
+        average = average_score(selected, {n: self.task_defs[n].metric_names for n in selected})
         for name, task_scores in scores.items():
             for metric, value in task_scores.items():
                 self.log(f"dev/{name}/{metric}", value)  # compute() already reduced across ranks

@@ -247,7 +247,8 @@ def copy_matching_heads(model, export_dir: Path, tasks: dict[str, TaskDef]) -> l
     copied = []
     for name, task in tasks.items():
         old = saved_tasks.get(name)
-        if old is None or old.type != task.type or old.num_outputs != task.num_outputs or old.labels != task.labels:
+        if old is None or old.type != task.type or old.head_type != task.head_type or \
+                old.num_outputs != task.num_outputs or old.labels != task.labels:
             continue
         model.heads[name].load_state_dict({k[len(name) + 1:]: v for k, v in state.items() if k.startswith(name + ".")})
         copied.append(name)
@@ -360,8 +361,9 @@ def main(argv: list[str] | None = None) -> int:
     for name, task in tasks.items():
         if "train" not in task.splits:
             raise ConfigError(f"{args.task_defs}: task '{name}' has no train split; it can be evaluated, not trained")
-    if not any("dev" in t.splits for t in tasks.values()):
-        raise ConfigError(f"{args.task_defs}: none of the tasks {', '.join(tasks)} has a dev split to select on")
+    if not any("dev" in t.splits and t.task_type.selected for t in tasks.values()):
+        raise ConfigError(f"{args.task_defs}: none of the tasks {', '.join(tasks)} has a dev split to select on "
+                          "(mlm tasks are scored on dev but never select the best epoch)")
     if not 0 <= args.warmup_ratio < 1:
         raise ConfigError(f"--warmup-ratio: must be in [0, 1) (got {args.warmup_ratio})")
     if args.dropout is not None and not 0 <= args.dropout < 1:

@@ -106,6 +106,8 @@ def reused_head_state(export: Path, source_task: str, task: TaskDef) -> dict:
     problems = []
     if old.type != task.type:
         problems.append(f"type {old.type} vs {task.type}")
+    if old.head_type != task.head_type:
+        problems.append(f"head type {old.head_type} vs {task.head_type}")
     if old.labels != task.labels:
         problems.append(f"labels {old.labels} vs {task.labels}")
     if old.head.pooling != task.head.pooling:

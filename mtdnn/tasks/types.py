@@ -1,0 +1,113 @@
+"""The registry of task types: everything that differs between ``type: classification``, ``regression``, ...
+
+Each entry of :data:`TASK_TYPES` is a :class:`TaskType`, the one place the pipeline looks a task's type up:
+
+    definition rules and defaults (:mod:`mtdnn.tasks.taskdef`) -> row parsing and tokenization
+    (:mod:`mtdnn.tasks.data`) -> collation into batches -> head, loss and metrics (looked up by the *names*
+    given here in :data:`mtdnn.modeling.heads.HEADS`, :data:`mtdnn.modeling.losses.LOSSES` and
+    :data:`mtdnn.modeling.metrics.METRICS`) -> what the metrics compare, the predictions written by
+    ``mtdnn.predict`` -> the soft targets of distillation (shape and how members are combined).
+
+Heads, losses and metrics are named rather than imported because they are modeling code, a stage above
+this one. Adding a type is one new entry here (its data-side functions beside it, in a module of
+:mod:`mtdnn.tasks`) and, where it needs a new head, loss or metric, one entry in the modeling registry
+concerned. Nothing else in the package tests ``task.type``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Literal
+
+import torch
+
+from . import mlm, sentence
+from .rows import Example
+
+if TYPE_CHECKING:
+    from .taskdef import TaskDef
+
+
+@dataclass(frozen=True)
+class TaskType:
+    """What one task type does at each stage of the pipeline.
+
+    Attributes:
+        name: the ``type`` of the task definition.
+        heads: allowed ``head.type`` values, the first is the default (:data:`mtdnn.modeling.heads.HEADS`).
+        losses: allowed ``loss`` values, the first is the default (:data:`mtdnn.modeling.losses.LOSSES`).
+        metrics: allowed ``metrics`` (:data:`mtdnn.modeling.metrics.METRICS`); ``default_metrics`` when none are
+            given (the first one selects the best epoch).
+        check: the type's own rules of a definition; raises ValueError with the reason.
+        num_outputs: output units of the head per encoded sequence.
+        output_width: outputs per example as the metrics and soft targets see them (classes, candidates, 1).
+        make_examples: a parsed file row ``{column: text}`` and its line -> the examples it holds (ids and labels
+            are set by the caller).
+        parse_label: a label field -> the label (class id, score, index); raises ValueError. None: the type
+            has no labels (its examples are never labelled).
+        tokenize: ``(examples, task, tokenizer, max_length)`` -> columns ``input_ids``, ``length`` and any of
+            ``token_type_ids`` and the type's own per-example features (stored in the tokenized cache).
+        collate: ``(items, task, pad_token_id, pad_to_multiple_of, tokenizer)`` -> a batch (see
+            :func:`mtdnn.tasks.data.collate`).
+        head_outputs: the linear head's ``(sequences, num_outputs)`` -> the task's outputs.
+        metric_inputs: ``(outputs, labels, weight)`` -> what the metrics compare, ``(predictions, targets)``, of
+            the weight > 0 examples.
+        decode: head outputs -> one prediction dict per example (``mtdnn.predict``).
+        soft_targets: how teacher members' outputs are combined (``probabilities``: mean of softmax, ``mean``:
+            mean prediction), or None when the type cannot be distilled.
+        selected: whether the task's first dev metric counts in the dev average that selects the best epoch.
+    """
+
+    name: str
+    heads: tuple[str, ...]
+    losses: tuple[str, ...]
+    metrics: tuple[str, ...]
+    default_metrics: tuple[str, ...]
+    check: Callable[[TaskDef], None]
+    num_outputs: Callable[[TaskDef], int]
+    output_width: Callable[[TaskDef], int]
+    make_examples: Callable[[TaskDef, dict[str, str], int], list[Example]]
+    parse_label: Callable[[TaskDef, str], Any] | None
+    tokenize: Callable[..., dict[str, list]]
+    collate: Callable[..., dict]
+    head_outputs: Callable[[TaskDef, torch.Tensor], torch.Tensor]
+    metric_inputs: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+    decode: Callable[[TaskDef, torch.Tensor], list[dict]]
+    soft_targets: Literal["probabilities", "mean"] | None
+    selected: bool = True
+
+
+TASK_TYPES: dict[str, TaskType] = {
+    "classification": TaskType(
+        name="classification", heads=("linear", "san"), losses=("cross_entropy",),
+        metrics=("accuracy", "f1", "mcc"), default_metrics=("accuracy",), check=sentence.check_classification,
+        num_outputs=lambda task: len(task.labels), output_width=lambda task: len(task.labels),
+        make_examples=sentence.pair_examples, parse_label=sentence.parse_class, tokenize=sentence.tokenize_pairs,
+        collate=sentence.collate_classification, head_outputs=sentence.class_outputs, metric_inputs=sentence.argmax,
+        decode=sentence.decode_classes, soft_targets="probabilities"),
+    "regression": TaskType(
+        name="regression", heads=("linear",), losses=("mse",), metrics=("pearson", "spearman"),
+        default_metrics=("pearson", "spearman"), check=sentence.check_regression,
+        num_outputs=lambda task: 1, output_width=lambda task: 1, make_examples=sentence.pair_examples,
+        parse_label=sentence.parse_score, tokenize=sentence.tokenize_pairs, collate=sentence.collate_regression,
+        head_outputs=sentence.score_outputs, metric_inputs=sentence.as_scores, decode=sentence.decode_scores,
+        soft_targets="mean"),
+    "ranking": TaskType(
+        name="ranking", heads=("linear",), losses=("ranking_cross_entropy",), metrics=("accuracy",),
+        default_metrics=("accuracy",), check=sentence.check_ranking,
+        num_outputs=lambda task: 1, output_width=lambda task: task.num_candidates,
+        make_examples=sentence.ranking_examples, parse_label=sentence.parse_candidate,
+        tokenize=sentence.tokenize_ranking, collate=sentence.collate_ranking, head_outputs=sentence.group_outputs,
+        metric_inputs=sentence.argmax, decode=sentence.decode_candidates, soft_targets="probabilities"),
+    "mlm": TaskType(
+        name="mlm", heads=("mlm",), losses=("mlm_cross_entropy",), metrics=("masked_accuracy", "masked_loss"),
+        default_metrics=("masked_accuracy", "masked_loss"), check=mlm.check_mlm,
+        num_outputs=lambda task: 0, output_width=mlm.no_width, make_examples=mlm.text_examples, parse_label=None,
+        tokenize=mlm.tokenize_packed, collate=mlm.collate_mlm, head_outputs=mlm.no_head_outputs,
+        metric_inputs=mlm.masked_targets, decode=mlm.no_decode, soft_targets=None, selected=False),
+}
+
+
+def task_type(task: TaskDef) -> TaskType:
+    """The registry entry of ``task.type`` (validated when the definition was parsed)."""
+    return TASK_TYPES[task.type]
