@@ -10,8 +10,10 @@ Strategies (``masking.strategy`` of an ``mlm`` task), named as the papers name t
 - ``whole_word`` (BERT's whole-word-masking release): words in random order, all pieces of a word together,
   skipping a word that would exceed the budget, until ``rate`` of the tokens; new every epoch.
 - ``span`` (SpanBERT, Joshi et al. 2020, arXiv 1907.10529 section 3.1): span lengths in words from a geometric
-  distribution Geo(p = 0.2) truncated at 10 words and renormalised (mean 3.797 words), each span starting at a
-  word chosen uniformly among the words not yet masked, until ``rate`` of the tokens; new every epoch.
+  distribution Geo(p = 0.2) truncated at 10 words and renormalised (mean 3.797 words), each span placed
+  uniformly among the places where it fits without overlapping an earlier span, until ``rate`` of the tokens;
+  new every epoch. (SpanBERT picks a random start and lets the span run over words already masked; placing
+  it where it fits keeps every span its sampled length.)
 
 The budget is ``floor(rate * n + u)`` tokens, u ~ U[0, 1) (randomised rounding, as fairseq's RoBERTa masking),
 so the expected masking rate is exactly ``rate`` for any sequence length. SpanBERT cuts the last span at the
@@ -101,22 +103,35 @@ def _span_masking(words: list[tuple[int, int]], n: int, rng: random.Random) -> t
     probabilities = span_length_probabilities()
     masked = [False] * len(words)
     spans, span_words, covered = [], [], 0
-    while covered < n and not all(masked):
+    while covered < n:
         length = rng.choices(lengths, probabilities)[0]
-        start = rng.choice([w for w, m in enumerate(masked) if not m])
-        end = start
-        while end < len(words) and end - start < length and not masked[end]:
-            end += 1
+        starts = _free_starts(masked, length)
+        if not starts:  # no run of `length` unmasked words left: try the shortest span once, else stop
+            length, starts = 1, _free_starts(masked, 1)
+            if not starts:
+                break
+        start = rng.choice(starts)
+        end = start + length
         tokens = words[end - 1][1] - words[start][0]
         if tokens > n - covered and rng.random() >= (n - covered) / tokens:
             break  # the span does not fit; keeping it with probability r / tokens keeps the expected rate
         for w in range(start, end):
             masked[w] = True
         spans.append((words[start][0], words[end - 1][1]))
-        span_words.append(end - start)
+        span_words.append(length)
         covered += tokens
     order = sorted(range(len(spans)), key=lambda s: spans[s][0])
     return [spans[s] for s in order], [span_words[s] for s in order]
+
+
+def _free_starts(masked: list[bool], length: int) -> list[int]:
+    """The words where a span of ``length`` unmasked words can start (spans never overlap earlier ones)."""
+    starts, run = [], 0
+    for w, m in enumerate(masked):
+        run = 0 if m else run + 1
+        if run >= length:
+            starts.append(w - length + 1)
+    return starts
 
 
 def mask_sequence(input_ids: Sequence[int], word_ids: Sequence[int], strategy: str, rate: float,
