@@ -346,8 +346,12 @@ def student_tasks(spec: StudentSpec, spec_path: str, teacher_tasks: list[str] | 
     for name, task in tasks.items():
         if "train" not in task.splits:
             raise ConfigError(f"{spec_path}: task '{name}' has no train split; it can be evaluated, not trained")
-    if not any("dev" in t.splits for t in tasks.values()):
+    if not any("dev" in t.splits and t.task_type.selected for t in tasks.values()):
         raise ConfigError(f"{spec_path}: none of the tasks has a dev split to select the student on")
+    for name in spec.distill:
+        if tasks[name].task_type.soft_targets is None:
+            raise ConfigError(f"{spec_path}: field 'distill': task '{name}' is a {tasks[name].type} task, which has "
+                              "no soft targets; list it under 'gold'")
     if teacher_tasks is not None:
         check_covered(spec, spec_path, teacher_tasks, "the teacher spec")
     return {n: t.model_copy(update={"loss_weight": spec.loss_weights[n]}) if n in spec.loss_weights else t

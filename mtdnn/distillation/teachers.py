@@ -317,6 +317,9 @@ def teacher_tasks(spec: TeacherSpec, spec_path: str) -> dict[str, TaskDef]:
         if missing:
             raise ConfigError(f"{spec_path}: field 'tasks': task '{name}' has no {' or '.join(missing)} split "
                               "(members are fine-tuned on train and selected on dev)")
+        if task.task_type.soft_targets is None:
+            raise ConfigError(f"{spec_path}: field 'tasks': task '{name}' is a {task.type} task, which has no soft "
+                              "targets to distil")
     return tasks
 
 

@@ -15,10 +15,13 @@ Strategies (``masking.strategy`` of an ``mlm`` task), named as the papers name t
   new every epoch. (SpanBERT picks a random start and lets the span run over words already masked; placing
   it where it fits keeps every span its sampled length.)
 
-The budget is ``floor(rate * n + u)`` tokens, u ~ U[0, 1) (randomised rounding, as fairseq's RoBERTa masking),
-so the expected masking rate is exactly ``rate`` for any sequence length. SpanBERT cuts the last span at the
-budget; here a span that does not fit in the remaining budget r is kept whole with probability r / length and
-otherwise ends the masking, so no span is cut and the expected rate stays ``rate``.
+The token-level and whole-word strategies mask ``floor(rate * n + u)`` of the n maskable tokens, u ~ U[0, 1)
+(randomised rounding, as fairseq's RoBERTa masking), so the expected rate is exactly ``rate`` at any sequence
+length. ``span`` keeps every span its sampled length instead of cutting the last one at the budget (as SpanBERT
+does): with r tokens of budget left, it adds another span with probability min(1, r / t), t the expected tokens
+of a span in this sequence (3.797 words times its tokens per word), deciding *before* the span's length is
+drawn, so realised lengths follow the distribution above and the expected rate is ``rate`` up to the small
+overshoot of a span added near the end.
 
 Replacement (BERT's 80/10/10): a chosen token becomes the mask token with probability 0.8, a random token of the
 vocabulary with 0.1, and stays unchanged with 0.1; ``span`` draws once per span and applies the choice to the
@@ -77,6 +80,8 @@ class Masked:
 def choose_spans(word_ids: Sequence[int], strategy: str, rate: float, rng: random.Random) -> tuple[list, list]:
     """The spans to predict and their lengths in words (see the module docstring for each strategy)."""
     words = words_of(word_ids)
+    if strategy == "span":
+        return _span_masking(words, rate, rng)
     positions = [i for start, end in words for i in range(start, end)]
     n = budget(len(positions), rate, rng)
     if strategy in ("static", "dynamic"):
@@ -95,31 +100,31 @@ def choose_spans(word_ids: Sequence[int], strategy: str, rate: float, rng: rando
             if covered == n:
                 break
         return sorted(spans), [1] * len(spans)
-    return _span_masking(words, n, rng)
+    raise ValueError(f"unknown masking strategy {strategy!r}")
 
 
-def _span_masking(words: list[tuple[int, int]], n: int, rng: random.Random) -> tuple[list, list]:
+def _span_masking(words: list[tuple[int, int]], rate: float, rng: random.Random) -> tuple[list, list]:
     lengths = list(range(1, SPAN_MAX_WORDS + 1))
     probabilities = span_length_probabilities()
+    tokens_per_word = sum(e - s for s, e in words) / max(1, len(words))
+    mean_span_tokens = sum(k * p for k, p in zip(lengths, probabilities)) * tokens_per_word
+    goal = rate * sum(e - s for s, e in words)
     masked = [False] * len(words)
     spans, span_words, covered = [], [], 0
-    while covered < n:
+    while covered < goal:
+        left = goal - covered
+        if left < mean_span_tokens and rng.random() >= left / mean_span_tokens:
+            break  # decided before the span's length is drawn: lengths stay SpanBERT's, the rate stays `rate`
         length = rng.choices(lengths, probabilities)[0]
         starts = _free_starts(masked, length)
-        if not starts:  # no run of `length` unmasked words left: try the shortest span once, else stop
-            length, starts = 1, _free_starts(masked, 1)
-            if not starts:
-                break
+        if not starts:  # no run of `length` unmasked words left
+            break
         start = rng.choice(starts)
-        end = start + length
-        tokens = words[end - 1][1] - words[start][0]
-        if tokens > n - covered and rng.random() >= (n - covered) / tokens:
-            break  # the span does not fit; keeping it with probability r / tokens keeps the expected rate
-        for w in range(start, end):
+        for w in range(start, start + length):
             masked[w] = True
-        spans.append((words[start][0], words[end - 1][1]))
+        spans.append((words[start][0], words[start + length - 1][1]))
         span_words.append(length)
-        covered += tokens
+        covered += words[start + length - 1][1] - words[start][0]
     order = sorted(range(len(spans)), key=lambda s: spans[s][0])
     return [spans[s] for s in order], [span_words[s] for s in order]
 
