@@ -136,7 +136,7 @@ def test_collate_masks_labels_and_span_boundaries(text_dir, tokenizer):
     assert torch.equal(cols - bounds[:, 0] - 1, offsets)
     again = collate(items, task, tokenizer.pad_token_id, tokenizer=tokenizer)  # dev: no epoch, fixed by seed
     assert torch.equal(again["input_ids"], batch["input_ids"])
-    with pytest.raises(ValueError, match="needs the tokenizer"):
+    with pytest.raises(ConfigError, match="needs the tokenizer"):
         collate(items, task, tokenizer.pad_token_id)
 
 
@@ -208,7 +208,7 @@ def test_bad_mlm_definitions_exit_2_and_write_nothing(tmp_path, capsys, body, me
 def test_mlm_decode_is_a_clear_error():
     from mtdnn.training.inference import decode
 
-    with pytest.raises(ValueError, match="is an mlm task: it has no predictions"):
+    with pytest.raises(ConfigError, match="is an mlm task: it has no predictions"):
         decode(mlm_task(), torch.zeros(1, 3))
     with pytest.raises(ConfigError):
         parse_tasks({"tasks": {"m": {"type": "classification", "splits": {}, "text": ["a"], "label": "y",

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..errors import ConfigError
 from .masking import IGNORE, mask_sequence, rng_for
 from .rows import Example, attention_mask, pad
 
@@ -90,10 +91,12 @@ def collate_mlm(features: list[dict[str, Any]], task: TaskDef, pad_token_id: int
     ``dynamic``, ``whole_word`` and ``span``; without one (dev), and for ``static``, the mask is fixed by the seed.
 
     Raises:
-        ValueError: no ``tokenizer`` given (its mask token and vocabulary are needed).
+        ConfigError: no ``tokenizer`` given (its mask token and vocabulary are needed): the caller is not training
+            (mlm tasks are scored by training's dev metrics only).
     """
     if tokenizer is None:
-        raise ValueError(f"task '{task.name}': collating an mlm batch needs the tokenizer")
+        raise ConfigError(f"task '{task.name}' is an mlm task: collating its batches needs the tokenizer (it is "
+                          "trained and scored on dev during training, not by evaluate or predict)")
     spec = task.masking_spec
     special = set(tokenizer.all_special_ids)
     masked = []
@@ -132,8 +135,8 @@ def masked_targets(outputs: torch.Tensor, labels: torch.Tensor, weight: torch.Te
 
 
 def no_decode(task: TaskDef, outputs: torch.Tensor) -> list[dict]:
-    """MLM tasks train the encoder; they have no predictions to write. Raises ValueError."""
-    raise ValueError(f"task '{task.name}' is an mlm task: it has no predictions (it is trained alongside other "
+    """MLM tasks train the encoder; they have no predictions to write. Raises ConfigError."""
+    raise ConfigError(f"task '{task.name}' is an mlm task: it has no predictions (it is trained alongside other "
                      "tasks, and scored on dev by masked-token accuracy and loss)")
 
 
