@@ -17,7 +17,6 @@ import csv
 import hashlib
 import json
 import logging
-import math
 import os
 import shutil
 import sys
