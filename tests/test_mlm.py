@@ -235,3 +235,20 @@ def test_training_with_an_mlm_task_leaves_it_out_of_selection(tmp_path, data_dir
     assert epoch["average"] == pytest.approx(epoch["tasks"]["rte"]["accuracy"])
     schedule = json.loads((run_dir / "schedule.json").read_text())
     assert schedule["batches_per_task"] == {"rte": 2, "rte_mlm": 2}
+
+
+def test_length_buckets_pad_token_aligned_head_inputs_and_labels(text_dir, tokenizer):
+    from mtdnn.tasks.data import collate, tokenized_split
+    from mtdnn.training.lightning import pad_to_bucket
+
+    lengthen(text_dir)
+    task = mlm_task("span", sbo=True, max_length=40)
+    split = tokenized_split(task, "train", text_dir, tokenizer)
+    batch = collate([split[i] for i in range(len(split))], task, tokenizer.pad_token_id, tokenizer=tokenizer)
+    before = batch["head_inputs"]["mlm_positions"].clone()
+    padded = pad_to_bucket(batch, [64], tokenizer.pad_token_id)
+    assert padded["input_ids"].shape[1] == 64 and padded["labels"].shape == (len(split), 64)
+    positions = padded["head_inputs"]["mlm_positions"]
+    assert positions.shape == (len(split), 64) and torch.equal(positions[:, :before.shape[1]], before)
+    assert not positions[:, before.shape[1]:].any() and (padded["labels"][:, before.shape[1]:] == IGNORE).all()
+    assert torch.equal(positions, padded["labels"] != IGNORE)

@@ -176,3 +176,17 @@ def test_san_on_a_single_sentence_task_exits_2_and_writes_nothing(tmp_path, caps
     err = capsys.readouterr().err
     assert "task 'sst'" in err and "head type 'san' needs a text pair" in err and err.count("\n") == 1
     assert not out.exists()
+
+
+def test_length_buckets_pad_sequence_ids(tmp_path, tokenizer):
+    from mtdnn.tasks.data import collate, tokenized_split
+    from mtdnn.training.lightning import pad_to_bucket
+
+    (tmp_path / "t.tsv").write_text("p\th\tl\nthe cat sat\ta cat\ta\n")
+    task = san_task()
+    split = tokenized_split(task, "train", tmp_path, tokenizer)
+    padded = pad_to_bucket(collate([split[0]], task, tokenizer.pad_token_id), [32], tokenizer.pad_token_id)
+    ids = padded["head_inputs"]["sequence_ids"]
+    assert ids.shape == padded["input_ids"].shape == (1, 32)
+    assert ids[0, :len(split.input_ids[0])].tolist() == split.features["sequence_ids"][0]
+    assert (ids[0, len(split.input_ids[0]):] == -1).all()

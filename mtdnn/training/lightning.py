@@ -86,7 +86,9 @@ def bucket_length(length: int, buckets: list[int]) -> int:
 
 def pad_to_bucket(batch: dict, buckets: list[int], pad_token_id: int) -> dict:
     """Pad ``input_ids``, ``attention_mask`` and ``token_type_ids`` ``(rows, seq_len)`` on the right to
-    :func:`bucket_length` ``(seq_len)`` (pad token, mask 0, segment 0); other entries are kept."""
+    :func:`bucket_length` ``(seq_len)`` (pad token, mask 0, segment 0), and the token-aligned ``(rows, seq_len)``
+    entries of ``head_inputs`` (False, or -1: "no text token", as SAN's ``sequence_ids``) and ``labels`` (-100: not
+    predicted, as an MLM task's); other entries are kept."""
     seq_len = batch["input_ids"].shape[1]
     extra = bucket_length(seq_len, buckets) - seq_len
     if extra <= 0:
@@ -96,6 +98,13 @@ def pad_to_bucket(batch: dict, buckets: list[int], pad_token_id: int) -> dict:
     batch["attention_mask"] = pad(batch["attention_mask"], (0, extra), value=0)
     if "token_type_ids" in batch:
         batch["token_type_ids"] = pad(batch["token_type_ids"], (0, extra), value=0)
+    head_inputs = batch.get("head_inputs", {})
+    for name, value in head_inputs.items():
+        if value.dim() == 2 and value.shape[1] == seq_len:
+            head_inputs[name] = pad(value, (0, extra), value=False if value.dtype == torch.bool else -1)
+    labels = batch.get("labels")
+    if labels is not None and labels.dim() == 2 and labels.shape[1] == seq_len:
+        batch["labels"] = pad(labels, (0, extra), value=-100)
     return batch
 
 
