@@ -90,6 +90,9 @@ def convert_task(model: MultiTaskModel, task: TaskDef) -> Conversion:
     if task.type not in ("classification", "regression"):
         return Conversion(task.name, reason=f"{task.type} head: one score per candidate of a group, which "
                                             "*ForSequenceClassification (one sequence, fixed labels) cannot express")
+    if task.head_type != "linear":
+        return Conversion(task.name, reason=f"head type '{task.head_type}': not a linear layer on the pooled output, "
+                                            "which is all a *ForSequenceClassification head is")
     if task.head.pooling != "pooler":
         pooled = "the first token" if task.head.pooling == "cls" else "the mean of tokens"
         return Conversion(task.name, reason=f"pooling '{task.head.pooling}': a linear layer on {pooled}, not on the "
