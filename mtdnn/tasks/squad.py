@@ -1,0 +1,135 @@
+"""SQuAD v1.1 JSON (Rajpurkar et al. 2016, arXiv 1606.05250) read into question-answering examples, and the
+seeded carve of a file's articles into training and dev articles.
+
+The file is ``{"version": "1.1", "data": [{"title", "paragraphs": [{"context", "qas": [{"id", "question",
+"answers": [{"answer_start", "text"}]}]}]}]}``. Every answer's ``answer_start`` (a character offset into the
+context) must point at its ``text``; a context must not be empty. An unlabelled file (no ``answers``) reads as
+examples without answers.
+
+Carving by article keeps every question about one article on one side, as SQuAD's own train/dev split does:
+``carve_articles`` takes the first ``size`` articles of a seeded permutation (the same ``torch.randperm`` as
+row carves of :mod:`mtdnn.tasks.data`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from ..errors import DataError
+
+
+@dataclass
+class Answer:
+    """A gold answer: its text and the character offset where it starts in the context."""
+
+    text: str
+    start: int
+
+
+@dataclass
+class QAExample:
+    """One question about one context; ``article`` is the 0-based index of its article in the file."""
+
+    id: str
+    question: str
+    context: str
+    answers: list[Answer] = field(default_factory=list)
+    article: int = 0
+    title: str = ""
+
+
+def _expect(value, kind: type, where: str, what: str):
+    if not isinstance(value, kind):
+        raise DataError(f"{where}: field '{what}': expected a {kind.__name__}, found {type(value).__name__} "
+                        f"(value: {str(value)[:80]!r})")
+    return value
+
+
+def parse_squad(document: object, source: str, task: str) -> list[QAExample]:
+    """Validate a parsed SQuAD v1.1 document into examples, in file order.
+
+    Raises:
+        DataError: naming the file, task, the question id (or article and paragraph) and the field: a wrong
+            structure, an empty context or question, an ``answer_start`` that does not point at its text,
+            a duplicate id, or no question at all.
+    """
+    where = f"{source}: task '{task}'"
+    _expect(document, dict, where, "(document)")
+    articles = _expect(document.get("data"), list, where, "data")
+    examples: list[QAExample] = []
+    seen: set[str] = set()
+    for a, article in enumerate(articles):
+        _expect(article, dict, f"{where}, article {a}", "(article)")
+        title = str(article.get("title", ""))
+        paragraphs = _expect(article.get("paragraphs"), list, f"{where}, article {a} ({title!r})", "paragraphs")
+        for p, paragraph in enumerate(paragraphs):
+            at = f"{where}, article {a} ({title!r}), paragraph {p}"
+            _expect(paragraph, dict, at, "(paragraph)")
+            context = _expect(paragraph.get("context"), str, at, "context")
+            qas = _expect(paragraph.get("qas"), list, at, "qas")
+            if not context.strip():
+                ids = [str(q.get("id")) for q in qas if isinstance(q, dict)]
+                raise DataError(f"{at} (question ids {', '.join(ids[:3]) or 'none'}): field 'context': empty context")
+            for q, qa in enumerate(qas):
+                _expect(qa, dict, f"{at}, question {q}", "(question)")
+                qid = str(_expect(qa.get("id"), str, f"{at}, question {q}", "id"))
+                here = f"{where}, question id {qid!r}"
+                if qid in seen:
+                    raise DataError(f"{here}: field 'id': duplicate question id")
+                seen.add(qid)
+                question = _expect(qa.get("question"), str, here, "question")
+                if not question.strip():
+                    raise DataError(f"{here}: field 'question': empty question")
+                answers = []
+                for n, answer in enumerate(_expect(qa.get("answers", []), list, here, "answers")):
+                    _expect(answer, dict, here, f"answers[{n}]")
+                    text = _expect(answer.get("text"), str, here, f"answers[{n}].text")
+                    start = answer.get("answer_start")
+                    if isinstance(start, bool) or not isinstance(start, int):
+                        raise DataError(f"{here}: field 'answers[{n}].answer_start': expected an integer character "
+                                        f"offset (value: {start!r})")
+                    if not text or context[start:start + len(text)] != text or start < 0:
+                        found = context[max(start, 0):max(start, 0) + len(text)]
+                        raise DataError(f"{here}: field 'answers[{n}].answer_start': {start} does not point at the "
+                                        f"answer text {text!r} (the context there reads {found!r})")
+                    answers.append(Answer(text, start))
+                examples.append(QAExample(qid, question, context, answers, a, title))
+    if not examples:
+        raise DataError(f"{where}: no questions (expected SQuAD v1.1 JSON: data -> paragraphs -> qas)")
+    return examples
+
+
+def read_squad(path: Path, task: str, encoding: str = "utf-8-sig") -> list[QAExample]:
+    """Read and validate a SQuAD v1.1 JSON file (see :func:`parse_squad`).
+
+    Raises:
+        DataError: the file is not UTF-8 JSON, or see :func:`parse_squad`.
+    """
+    try:
+        document = json.loads(Path(path).read_text(encoding=encoding))
+    except UnicodeDecodeError as err:
+        raise DataError(f"{path}: task '{task}': not valid {encoding} text at byte {err.start}") from None
+    except json.JSONDecodeError as err:
+        raise DataError(f"{path}: line {err.lineno}: task '{task}': not valid JSON ({err.msg})") from None
+    return parse_squad(document, str(path), task)
+
+
+def carve_articles(num_articles: int, size: int, seed: int) -> list[int]:
+    """The articles (0-based, sorted) of a seeded carve: the first ``size`` of ``randperm(num_articles, seed)``.
+
+    Raises:
+        DataError: ``size`` is not below the number of articles.
+    """
+    if size >= num_articles:
+        raise DataError(f"field 'carve.size': {size} articles is not below the {num_articles} articles it carves from")
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randperm(num_articles, generator=generator)[:size].sort().values.tolist()
+
+
+def article_titles(examples: list[QAExample]) -> list[str]:
+    """The titles of the articles the examples come from, in file order, each once."""
+    return list(dict.fromkeys(ex.title for ex in examples))
