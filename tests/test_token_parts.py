@@ -113,7 +113,7 @@ def test_word_labels_go_on_the_first_piece(tokenizer):
     columns = tokenize_sentences([sentence], tokenizer, max_length=32)
     pieces = tokenizer.convert_ids_to_tokens(columns["input_ids"][0])
     assert pieces == ["[CLS]", "peter", "blackburn", "##ish", "lives", "[SEP]"]  # the zero-width word has no piece
-    assert columns["labels"][0] == [IGNORE, 1, 2, IGNORE, 0, IGNORE]
+    assert columns["piece_labels"][0] == [IGNORE, 1, 2, IGNORE, 0, IGNORE] and columns["label"][0] == [1, 2, 0, 0]
     assert columns["word_ids"][0] == [-1, 0, 1, 1, 3, -1]
     # predictions are read on first pieces; the word without a piece is predicted O (id 0)
     assert word_predictions([9, 1, 2, 7, 3, 9], columns["word_ids"][0], 4, outside=0) == [1, 2, 0, 3]
@@ -139,15 +139,16 @@ def test_windows_with_an_answer_across_a_window_edge(tokenizer):
     n = len(columns["id"])
     assert n > 3 and columns["id"][:2] == ["q#0", "q#1"] and set(columns["example_id"]) == {"q"}
     assert all(length <= 48 for length in columns["length"])
-    inside = [w for w in range(n) if columns["start_positions"][w] != 0]
+    inside = [w for w in range(n) if columns["label"][w][0] != 0]
     crossing = [w for w in range(n) if min(s for s in columns["offset_start"][w] if s >= 0) < start + len(answer)
                 and max(columns["offset_end"][w]) > start and w not in inside]
     assert inside and crossing  # one window holds the answer; another window's edge cuts through it
     for w in inside:
-        i, j = columns["start_positions"][w], columns["end_positions"][w]
+        i, j = columns["label"][w]
         assert context[columns["offset_start"][w][i]:columns["offset_end"][w][j]] == answer
     for w in crossing:
-        assert (columns["start_positions"][w], columns["end_positions"][w]) == (0, 0)
+        assert columns["label"][w] == [0, 0]
+    assert columns["answers"][0] == [answer] and columns["context"][-1] == context
     # consecutive windows share doc_stride context pieces
     ctx = [[p for p, s in zip(columns["input_ids"][w], columns["offset_start"][w]) if s >= 0] for w in range(n)]
     assert ctx[0][-16:] == ctx[1][:16]
@@ -371,3 +372,118 @@ def test_span_loss_and_distillation_losses():
                                    torch.ones(2), 2.0, temperature=2.0, alpha=1.0)
     loss.backward()
     assert student.grad.abs().max() < 1e-6
+
+
+# ------------------------------------------------------------------------------------------------- batches, metrics
+
+
+class Rows:
+    """A tokenized split's items and features, as the data module serves them."""
+
+    def __init__(self, columns):
+        self.columns = columns
+        self.features = {k: v for k, v in columns.items() if k not in ("id", "input_ids", "length", "label")}
+
+    def __len__(self):
+        return len(self.columns["id"])
+
+    def __getitem__(self, i):
+        return {"idx": i, **{k: v[i] for k, v in self.columns.items() if k not in ("id", "length")}}
+
+
+def tagging_split(tokenizer):
+    from mtdnn.tasks.conll import TaggedSentence
+
+    sentences = [TaggedSentence("0", 1, ["Peter", "Blackburnish", "lives"], [1, 2, 0]),
+                 TaggedSentence("1", 5, ["in", "Brussels"], [0, 3])]
+    return Rows(tokenize_sentences(sentences, tokenizer, max_length=32))
+
+
+def test_tagging_batch_and_scores_from_logits(tokenizer):
+    from mtdnn.modeling.token_metrics import TaggingScores
+    from mtdnn.tasks.token_batches import collate_tagging
+
+    split = tagging_split(tokenizer)
+    batch = collate_tagging([split[0], split[1]], "ner", tokenizer.pad_token_id)
+    assert batch["labels"].shape == batch["input_ids"].shape == batch["word_ids"].shape
+    assert batch["tags"].tolist() == [[1, 2, 0], [0, 3, IGNORE]]
+    # logits that predict the gold piece labels, except that "Brussels" is tagged I-LOC (ill-formed O I-LOC)
+    logits = torch.zeros(*batch["labels"].shape, 5)
+    for (row, col), label in zip(*[(batch["labels"] != IGNORE).nonzero().tolist()] * 1,
+                                 batch["labels"][batch["labels"] != IGNORE].tolist()):
+        logits[row, col, 4 if label == 3 else label] = 5.0
+    metric = TaggingScores(TAGS)
+    metric.update_batch(logits, batch)
+    scores = {k: float(v) for k, v in metric.compute().items()}
+    expected = seqeval_scores([["B-PER", "I-PER", "O"], ["O", "B-LOC"]], [["B-PER", "I-PER", "O"], ["O", "I-LOC"]])
+    assert scores == pytest.approx({"entity_f1": expected["f1"], "entity_precision": expected["precision"],
+                                    "entity_recall": expected["recall"], "token_accuracy": expected["accuracy"]})
+    assert scores["entity_f1"] == 1.0  # conlleval reads O I-LOC as a LOC entity
+
+
+def qa_split(tokenizer, max_length=40, doc_stride=12):
+    from mtdnn.tasks.squad import Answer, QAExample
+
+    words = [f"w{i}" for i in range(60)]
+    context = " ".join(words)
+    examples = [QAExample("a", "where?", context, [Answer("w40 w41", context.index("w40 w41"))]),
+                QAExample("b", "what?", "short context here", [Answer("context", 6)])]
+    return Rows(tokenize_qa(examples, tokenizer, max_length, doc_stride))
+
+
+def oracle_logits(batch):
+    logits = torch.zeros(*batch["input_ids"].shape, 2)
+    for row, (s, e) in enumerate(batch["labels"].tolist()):
+        if s:
+            logits[row, s, 0] = logits[row, e, 1] = 8.0
+    return logits
+
+
+def test_span_scores_over_windows_in_separate_batches(tokenizer):
+    from mtdnn.modeling.token_metrics import SpanScores
+    from mtdnn.tasks.token_batches import collate_spans
+
+    split = qa_split(tokenizer)
+    assert len(split) >= 3
+    metric = SpanScores(n_best=5, max_answer_length=10).attach(split)
+    for w in range(len(split)):  # one window per batch
+        batch = collate_spans([split[w]], "squad", tokenizer.pad_token_id)
+        metric.update_batch(oracle_logits(batch), batch)
+    predictions = metric.predictions()
+    assert predictions["a"].text == "w40 w41" and predictions["b"].text == "context"
+    assert {k: float(v) for k, v in metric.compute().items()} == {"exact_match": 100.0, "squad_f1": 100.0}
+    assert metric.decoded["a"].text == "w40 w41"
+
+
+@pytest.mark.parametrize("count", [1, None])
+def test_span_scores_gather_every_window_across_more_ranks_than_windows(tmp_path, tokenizer, tiny_encoder, count):
+    """2 gloo processes; with count=1 there is one dev window for two ranks, so rank 1 scores nothing."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from mtdnn.modeling.token_metrics import SpanScores
+    from mtdnn.tasks.token_batches import collate_spans
+
+    split = qa_split(tokenizer)
+    count = count or len(split)
+    single = SpanScores(n_best=5, max_answer_length=10).attach(split)
+    for w in range(count):
+        batch = collate_spans([split[w]], "squad", tokenizer.pad_token_id)
+        single.update(oracle_logits(batch), batch)
+    expected = {k: float(v) for k, v in single.compute().items()}
+    worker = Path(__file__).with_name("span_ddp_worker.py")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).parents[1])}
+    procs = [subprocess.Popen([sys.executable, str(worker), str(r), "2", str(tmp_path / "init"), tiny_encoder,
+                               str(tmp_path / f"rank{r}.json"), str(count)], env=env, stderr=subprocess.PIPE, text=True)
+             for r in range(2)]
+    for p in procs:
+        assert p.wait(timeout=300) == 0, p.stderr.read()[-2000:]
+    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    assert results[0] == results[1]  # every rank decodes every window
+    assert results[0]["scores"] == pytest.approx(expected)
+    if count == 1:  # only window 0 (question "a", answer in a later window) was scored: a wrong span
+        assert expected["exact_match"] == 0.0
+    else:
+        assert expected == {"exact_match": 100.0, "squad_f1": 100.0}

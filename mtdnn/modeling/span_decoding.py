@@ -47,6 +47,9 @@ def window_best_spans(start_logits: torch.Tensor, end_logits: torch.Tensor, cont
         valid spans.
     """
     windows, pieces = start_logits.shape
+    if windows == 0:
+        empty = torch.zeros((0, n_best), dtype=torch.long)
+        return empty.float(), empty, empty
     width = min(max_answer_length, pieces)
     k = min(n_best, pieces * width)
     scores_out, starts_out, ends_out = [], [], []

@@ -33,6 +33,11 @@ class TaggedSentence:
     words: list[str]
     tags: list[int] | None = None
 
+    @property
+    def label(self) -> list[int] | None:
+        """The row's label: its tag ids (None when unlabelled)."""
+        return self.tags
+
 
 def check_tag_set(labels: list[str]) -> None:
     """Check that ``labels`` is a BIO/IOB2 tag set: ``O`` plus ``B-T`` and ``I-T`` for every entity type ``T``.

@@ -41,6 +41,11 @@ class QAExample:
     article: int = 0
     title: str = ""
 
+    @property
+    def label(self) -> None:
+        """Examples carry no row label: a window's answer positions are found when it is tokenized."""
+        return None
+
 
 def _expect(value, kind: type, where: str, what: str):
     if not isinstance(value, kind):

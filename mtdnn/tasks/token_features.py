@@ -48,8 +48,8 @@ def tokenize_sentences(sentences: Sequence[TaggedSentence], tokenizer, max_lengt
 
     Returns:
         ``id``, ``input_ids``, ``length`` (pieces), ``token_type_ids`` when the tokenizer uses them,
-        ``word_ids`` (per piece, -1 for special tokens), ``num_words``; when labelled also ``labels`` (per
-        piece, :data:`IGNORE` except on first pieces) and ``tags`` (per word, the gold tag ids).
+        ``word_ids`` (per piece, -1 for special tokens), ``num_words``; when labelled also ``piece_labels``
+        (per piece, :data:`IGNORE` except on first pieces) and ``label`` (per word, the gold tag ids).
     """
     use_types = "token_type_ids" in tokenizer.model_input_names
     enc = tokenizer([s.words for s in sentences], is_split_into_words=True, truncation=True, max_length=max_length,
@@ -62,8 +62,8 @@ def tokenize_sentences(sentences: Sequence[TaggedSentence], tokenizer, max_lengt
     if use_types:
         columns["token_type_ids"] = enc["token_type_ids"]
     if sentences and sentences[0].tags is not None:
-        columns["labels"] = [align_labels(ws, s.tags) for ws, s in zip(word_ids, sentences)]
-        columns["tags"] = [list(s.tags) for s in sentences]
+        columns["piece_labels"] = [align_labels(ws, s.tags) for ws, s in zip(word_ids, sentences)]
+        columns["label"] = [list(s.tags) for s in sentences]
     return columns
 
 
@@ -134,7 +134,9 @@ def tokenize_qa(examples: Sequence[QAExample], tokenizer, max_length: int, doc_s
     Returns:
         ``id`` (``<question id>#<window>``), ``example_id`` (the question id), ``input_ids``, ``length``,
         ``token_type_ids`` when the tokenizer uses them, ``offset_start``/``offset_end`` (per piece, character
-        offsets into the context, -1 outside it); when labelled also ``start_positions``/``end_positions``.
+        offsets into the context, -1 outside it), ``context`` (the question's context, so that a split
+        alone suffices to cut answers); when labelled also ``label`` (``[start, end]`` piece positions of the
+        first gold answer) and ``answers`` (every gold answer text, for EM/F1).
 
     Raises:
         DataError: ``doc_stride`` does not fit ``max_length``.
@@ -148,11 +150,11 @@ def tokenize_qa(examples: Sequence[QAExample], tokenizer, max_length: int, doc_s
                     return_attention_mask=False, return_token_type_ids=use_types)
     labelled = bool(examples) and all(ex.answers for ex in examples)
     columns: dict[str, list] = {"id": [], "example_id": [], "input_ids": enc["input_ids"], "length": [],
-                                "offset_start": [], "offset_end": []}
+                                "offset_start": [], "offset_end": [], "context": []}
     if use_types:
         columns["token_type_ids"] = enc["token_type_ids"]
     if labelled:
-        columns["start_positions"], columns["end_positions"] = [], []
+        columns["label"], columns["answers"] = [], []
     window_of: dict[int, int] = {}
     for w, sample in enumerate(enc["overflow_to_sample_mapping"]):
         ex = examples[sample]
@@ -165,10 +167,11 @@ def tokenize_qa(examples: Sequence[QAExample], tokenizer, max_length: int, doc_s
         columns["length"].append(len(enc["input_ids"][w]))
         columns["offset_start"].append(starts)
         columns["offset_end"].append(ends)
+        columns["context"].append(ex.context)
         if labelled:
-            start, end = answer_positions(starts, ends, ex.answers[0].start, ex.answers[0].start + len(ex.answers[0].text))
-            columns["start_positions"].append(start)
-            columns["end_positions"].append(end)
+            first = ex.answers[0]
+            columns["label"].append(list(answer_positions(starts, ends, first.start, first.start + len(first.text))))
+            columns["answers"].append([a.text for a in ex.answers])
     return columns
 
 
