@@ -1,8 +1,8 @@
 """Dev metrics of the token-level task types, fed batch by batch from head outputs, reduced across DDP ranks.
 
-- :class:`TaggingScores` (sequence labelling): each sentence's word tags are read from the argmax of its first
-  pieces (:func:`mtdnn.tasks.token_features.word_predictions`) and scored entity by entity
-  (:mod:`mtdnn.modeling.entity_metrics`); the counts are summed across ranks.
+- :class:`TaggingScores` (sequence labelling): each sentence's word tags are read from the argmax of its words'
+  first pieces and scored entity by entity (:mod:`mtdnn.modeling.entity_metrics`); the counts are summed
+  across ranks.
 - :class:`SpanScores` (extractive QA): a question's windows may sit in different batches and, under DDP, on
   different ranks, so every window's start/end logits are kept (torchmetrics ``cat`` states, gathered across
   ranks by ``compute()``) and only then decoded (:mod:`mtdnn.modeling.span_decoding`) and scored with SQuAD
@@ -16,9 +16,9 @@ from __future__ import annotations
 import torch
 from torchmetrics import Metric
 
-from ..tasks.token_features import IGNORE, word_predictions
 from .entity_metrics import EntityF1
 from .span_decoding import decode_spans
+from .token_heads import MASKED
 from .squad_metrics import squad_scores
 
 TAGGING_METRICS = ("entity_f1", "entity_precision", "entity_recall", "token_accuracy")
@@ -26,50 +26,46 @@ SPAN_METRICS = ("exact_match", "squad_f1")
 
 
 class TaggingScores(EntityF1):
-    """Entity P/R/F1 and word accuracy of one sequence-labelling task, from logits and batches.
+    """One of the sequence-labelling scores (``key``: ``entity_f1``, ``entity_precision``, ``entity_recall`` or
+    ``token_accuracy``), from tag ids.
+
+    ``update(predicted, gold)`` takes, per sentence, the tag ids of its scored words (each word's first piece,
+    :func:`mtdnn.tasks.token.first_piece_tags`, as Hugging Face ``run_ner`` scores them; a word that yields no
+    piece or is cut by ``max_length`` is not scored).
 
     Args:
         labels: the task's tag names (tag id -> name).
+        key: the score ``compute()`` returns.
     """
 
-    def __init__(self, labels: list[str], **kwargs):
+    KEYS = {"entity_f1": "f1", "entity_precision": "precision", "entity_recall": "recall",
+            "token_accuracy": "accuracy"}
+
+    def __init__(self, labels: list[str], key: str = "entity_f1", **kwargs):
         super().__init__(**kwargs)
-        self.labels = list(labels)
-        self.outside = self.labels.index("O")
+        self.labels, self.key = list(labels), key
 
-    def update_batch(self, logits: torch.Tensor, batch: dict) -> None:
-        """Add a batch: ``logits`` ``(n, seq_len, tags)``; the batch's ``word_ids``, ``num_words``, ``tags`` and
-        ``weight`` (rows of weight 0 are left out)."""
-        pieces = logits.argmax(-1).tolist()
-        word_ids, num_words = batch["word_ids"].tolist(), batch["num_words"].tolist()
-        tags, weight = batch["tags"].tolist(), batch["weight"].tolist()
-        gold, predicted = [], []
-        for row in range(len(pieces)):
-            if weight[row] <= 0:
-                continue
-            words = word_predictions(pieces[row], word_ids[row], num_words[row], self.outside)
-            gold.append([self.labels[t] for t in tags[row][:num_words[row]] if t != IGNORE])
-            predicted.append([self.labels[t] for t in words])
-        self.update(gold, predicted)
+    def update(self, predicted: list[list[int]], gold: list[list[int]]) -> None:
+        super().update([[self.labels[t] for t in g] for g in gold], [[self.labels[t] for t in p] for p in predicted])
 
-    def compute(self) -> dict[str, torch.Tensor]:
-        scores = super().compute()
-        return {"entity_f1": scores["f1"], "entity_precision": scores["precision"],
-                "entity_recall": scores["recall"], "token_accuracy": scores["accuracy"]}
+    def compute(self) -> torch.Tensor:
+        return super().compute()[self.KEYS[self.key]]
 
 
 class SpanScores(Metric):
-    """SQuAD v1.1 exact match and F1 (percent) of one extractive-QA task over whole questions.
+    """SQuAD v1.1 exact match or F1 (percent) of one extractive-QA task over whole questions.
 
     Args:
+        key: ``exact_match`` or ``squad_f1``, the score ``compute()`` returns.
         n_best: spans kept per question (the answer is the best).
         max_answer_length: the longest answer, in pieces.
     """
 
     full_state_update = False
 
-    def __init__(self, n_best: int = 20, max_answer_length: int = 30, **kwargs):
+    def __init__(self, key: str = "squad_f1", n_best: int = 20, max_answer_length: int = 30, **kwargs):
         super().__init__(**kwargs)
+        self.key = key
         self.n_best, self.max_answer_length = n_best, max_answer_length
         self.split = None
         self.decoded: dict = {}
@@ -84,17 +80,18 @@ class SpanScores(Metric):
         self.split = split
         return self
 
-    def update_batch(self, logits: torch.Tensor, batch: dict) -> None:
-        """See :meth:`update` (the same name as :meth:`TaggingScores.update_batch`)."""
-        self.update(logits, batch)
+    def update(self, logits: torch.Tensor, labels: torch.Tensor, weight: torch.Tensor) -> None:
+        """Keep each real window's start/end logits.
 
-    def update(self, logits: torch.Tensor, batch: dict) -> None:
-        """Keep each real window's start/end logits: ``logits`` ``(n, seq_len, 2)``, the batch's ``idx`` (window
-        positions in the split), ``attention_mask`` and ``weight``."""
-        keep = batch["weight"] > 0
-        lengths = batch["attention_mask"][keep].sum(1)
+        Args:
+            logits: ``(n, seq_len, 2)``, padding positions at :data:`~mtdnn.modeling.token_heads.MASKED`.
+            labels: ``(n, 3)``: gold start, gold end and the window's row in the split (``batch["labels"]``).
+            weight: ``(n,)``; rows of weight 0 (DDP padding copies) are left out.
+        """
+        keep = weight > 0
         rows = logits[keep].float()
-        self.windows.append(batch["idx"][keep].float())
+        lengths = (rows[..., 0] > MASKED / 2).sum(1)
+        self.windows.append(labels[keep][:, 2].float())
         self.lengths.append(lengths.float())
         # each window's start logits then end logits, unpadded: 2 * length values
         self.logits.append(torch.cat([torch.cat([r[:n, 0], r[:n, 1]]) for r, n in zip(rows, lengths.tolist())])
@@ -127,13 +124,12 @@ class SpanScores(Metric):
                             [features["example_id"][w] for w in chosen], contexts, self.n_best,
                             self.max_answer_length)
 
-    def compute(self) -> dict[str, torch.Tensor]:
-        """EM and F1 over every question of the attached split (states gathered from every rank first); also
+    def compute(self) -> torch.Tensor:
+        """``key`` (EM or F1) over every question of the attached split (states gathered from every rank first); also
         sets :attr:`decoded`, the question id -> prediction of the gathered windows."""
         self.decoded = self.predictions()
         predicted = {qid: p.text for qid, p in self.decoded.items()}
         features = self.split.features
         gold = {features["example_id"][w]: features["answers"][w] for w in range(len(self.split))}
         scores = squad_scores(predicted, gold)
-        return {"exact_match": torch.tensor(scores["exact_match"], dtype=torch.float64),
-                "squad_f1": torch.tensor(scores["f1"], dtype=torch.float64)}
+        return torch.tensor(scores["exact_match" if self.key == "exact_match" else "f1"], dtype=torch.float64)

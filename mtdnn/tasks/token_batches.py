@@ -4,10 +4,10 @@ Items are rows of a tokenized split (see :mod:`mtdnn.tasks.token_features` for t
 rows has ``input_ids``/``attention_mask``/``token_type_ids`` ``(n, seq_len)`` int64 (right padding), ``idx``
 ``(n,)`` the rows' positions in the split, ``weight`` ``(n,)`` (0 marks a DDP padding copy) and:
 
-- sequence labelling: ``word_ids`` ``(n, seq_len)`` (-1 on special tokens and padding) and ``num_words`` ``(n,)``;
-  when labelled ``labels`` ``(n, seq_len)`` (piece labels, -100 where ignored) and ``tags`` ``(n, max_words)``
-  (gold tag per word, -100 past each sentence's end);
-- span extraction: when labelled ``labels`` ``(n, 2)``, the gold start and end piece of each window.
+- sequence labelling: when labelled ``labels`` ``(n, seq_len)``, piece labels (-100 where ignored: pieces after
+  a word's first, special tokens, padding);
+- span extraction: when labelled ``labels`` ``(n, 3)``: the gold start and end piece of each window and the
+  window's row in the split (``idx``), by which span metrics find the window's offsets and question.
 """
 
 from __future__ import annotations
@@ -42,12 +42,8 @@ def collate_tagging(features: list[dict[str, Any]], task_name: str, pad_token_id
                     pad_to_multiple_of: int = 1) -> dict:
     """A sequence-labelling batch (see the module docstring)."""
     batch = _common(features, task_name, pad_token_id, pad_to_multiple_of)
-    seq_len = batch["input_ids"].shape[1]
-    batch["word_ids"] = _pad([f["word_ids"] for f in features], -1, seq_len)
-    batch["num_words"] = torch.tensor([f["num_words"] for f in features], dtype=torch.long)
     if "piece_labels" in features[0]:
-        batch["labels"] = _pad([f["piece_labels"] for f in features], IGNORE, seq_len)
-        batch["tags"] = _pad([f["label"] for f in features], IGNORE, max(1, max(len(f["label"]) for f in features)))
+        batch["labels"] = _pad([f["piece_labels"] for f in features], IGNORE, batch["input_ids"].shape[1])
     return batch
 
 
@@ -56,5 +52,5 @@ def collate_spans(features: list[dict[str, Any]], task_name: str, pad_token_id: 
     """A span-extraction batch of windows (see the module docstring)."""
     batch = _common(features, task_name, pad_token_id, pad_to_multiple_of)
     if "label" in features[0]:
-        batch["labels"] = torch.tensor([f["label"] for f in features], dtype=torch.long)
+        batch["labels"] = torch.tensor([[*f["label"], f["idx"]] for f in features], dtype=torch.long)
     return batch
