@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
 
     from ..training.inference import load_model, predict_outputs, resolve_device
-    from ..modeling.metrics import average_score, build_metrics, compute_metrics
+    from ..modeling.metrics import attach_split, average_score, build_metrics, compute_metrics
     from ..training.runs import write_json_atomic
 
     check_output_path(args.output)
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     scores, examples = {}, {}
     for name, split in splits.items():
         task = loaded.tasks[name]
-        metrics = build_metrics(task).to(device)
+        metrics = attach_split(build_metrics(task).to(device), split)
         predict_outputs(model, task, split, pad_id, args.batch_size or loaded.eval_batch_size,
                         loaded.pad_to_multiple_of, metrics=metrics, device=device)
         scores[name], examples[name] = compute_metrics(metrics), len(split)

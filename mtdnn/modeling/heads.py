@@ -23,6 +23,7 @@ from ..errors import ConfigError
 from ..tasks.taskdef import TaskDef
 from .mlm import mlm_head
 from .san import san_head
+from .token_heads import span_head, token_head
 
 
 def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooled: torch.Tensor | None, pooling: str) -> torch.Tensor:
@@ -72,4 +73,4 @@ def linear_head(task: TaskDef, encoder: nn.Module) -> TaskHead:
     return TaskHead(task, encoder.config.hidden_size)
 
 
-HEADS = {"linear": linear_head, "san": san_head, "mlm": mlm_head}
+HEADS = {"linear": linear_head, "san": san_head, "mlm": mlm_head, "token": token_head, "span": span_head}

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from .mlm import mlm_cross_entropy
+from .token_heads import span_cross_entropy, token_cross_entropy
 
 
 def _reduce(per_example: torch.Tensor, weight: torch.Tensor, normalizer: float) -> torch.Tensor:
@@ -48,7 +49,8 @@ def soft_cross_entropy(student_logits: torch.Tensor, soft_targets: torch.Tensor,
 
 
 LOSSES = {"cross_entropy": cross_entropy, "mse": mse, "ranking_cross_entropy": ranking_cross_entropy,
-          "mlm_cross_entropy": mlm_cross_entropy}
+          "mlm_cross_entropy": mlm_cross_entropy, "token_cross_entropy": token_cross_entropy,
+          "span_cross_entropy": span_cross_entropy}
 
 
 # ----------------------------------------------------------------------------------------------- distillation

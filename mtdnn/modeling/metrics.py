@@ -19,6 +19,7 @@ from torchmetrics.regression import PearsonCorrCoef, SpearmanCorrCoef
 from ..tasks.taskdef import TaskDef
 from ..tasks.types import TASK_TYPES
 from .mlm import MaskedTokenAccuracy, MaskedTokenLoss
+from .token_metrics import SpanScores, TaggingScores
 
 
 METRICS = {
@@ -29,6 +30,9 @@ METRICS = {
     "spearman": lambda task: SpearmanCorrCoef(),
     "masked_accuracy": lambda task: MaskedTokenAccuracy(),
     "masked_loss": lambda task: MaskedTokenLoss(),
+    **{name: (lambda key: lambda task: TaggingScores(task.labels, key))(name) for name in TaggingScores.KEYS},
+    **{name: (lambda key: lambda task: SpanScores(key, task.qa_spec.n_best, task.qa_spec.max_answer_length))(name)
+       for name in ("exact_match", "squad_f1")},
 }
 """Metric name (a task type's ``metrics``, :data:`mtdnn.tasks.types.TASK_TYPES`) -> factory of the torchmetrics
 object for a task; classes are the task's ``output_width`` (labels, or candidates for ranking)."""
@@ -37,6 +41,15 @@ object for a task; classes are the task's ``output_width`` (labels, or candidate
 def build_metrics(task: TaskDef) -> MetricCollection:
     """The task's metrics, in the order listed in its definition (the first is the selection metric)."""
     return MetricCollection({name: METRICS[name](task) for name in task.metric_names})
+
+
+def attach_split(metrics: MetricCollection, split) -> MetricCollection:
+    """Give metrics that score whole questions from their windows (:class:`~mtdnn.modeling.token_metrics.SpanScores`)
+    the tokenized split they score; other metrics are left as they are."""
+    for metric in metrics.values():
+        if hasattr(metric, "attach"):
+            metric.attach(split)
+    return metrics
 
 
 def update_metrics(metrics: MetricCollection, task_type: str, outputs: torch.Tensor, labels: torch.Tensor,

@@ -34,8 +34,10 @@ class TokenClassificationHead(nn.Module):
         nn.init.normal_(self.out.weight, std=0.02)
         nn.init.zeros_(self.out.bias)
 
-    def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor, pooled=None) -> torch.Tensor:
-        return self.out(self.dropout(hidden))
+    def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor, pooled=None,
+                temperature: float | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        logits = self.out(self.dropout(hidden))
+        return logits if temperature is None else (logits, logits.float() / temperature)
 
 
 class SpanExtractionHead(nn.Module):
@@ -48,9 +50,20 @@ class SpanExtractionHead(nn.Module):
         nn.init.normal_(self.out.weight, std=0.02)
         nn.init.zeros_(self.out.bias)
 
-    def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor, pooled=None) -> torch.Tensor:
-        logits = self.out(self.dropout(hidden))
-        return logits.masked_fill(attention_mask.unsqueeze(-1) == 0, MASKED)
+    def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor, pooled=None,
+                temperature: float | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        logits = self.out(self.dropout(hidden)).masked_fill(attention_mask.unsqueeze(-1) == 0, MASKED)
+        return logits if temperature is None else (logits, logits.float() / temperature)
+
+
+def token_head(task, encoder: nn.Module) -> TokenClassificationHead:
+    """The sequence-labelling head of ``task`` (one output per tag) on ``encoder``'s hidden size."""
+    return TokenClassificationHead(encoder.config.hidden_size, len(task.labels), task.head.dropout)
+
+
+def span_head(task, encoder: nn.Module) -> SpanExtractionHead:
+    """The span-extraction head of ``task`` on ``encoder``'s hidden size."""
+    return SpanExtractionHead(encoder.config.hidden_size, task.head.dropout)
 
 
 def token_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, weight: torch.Tensor,
@@ -69,7 +82,8 @@ def span_cross_entropy(logits: torch.Tensor, positions: torch.Tensor, weight: to
 
     Args:
         logits: ``(batch, seq_len, 2)`` from :class:`SpanExtractionHead`.
-        positions: ``(batch, 2)`` gold start and end piece (0, 0 when the answer is outside the window).
+        positions: ``(batch, 2)`` gold start and end piece (0, 0 when the answer is outside the window); a
+            batch's ``(batch, 3)`` labels (a third column, the window's row) are accepted as they are.
     """
     start = F.cross_entropy(logits[..., 0].float(), positions[:, 0], reduction="none")
     end = F.cross_entropy(logits[..., 1].float(), positions[:, 1], reduction="none")

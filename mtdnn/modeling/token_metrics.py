@@ -21,8 +21,6 @@ from .span_decoding import decode_spans
 from .token_heads import MASKED
 from .squad_metrics import squad_scores
 
-TAGGING_METRICS = ("entity_f1", "entity_precision", "entity_recall", "token_accuracy")
-SPAN_METRICS = ("exact_match", "squad_f1")
 
 
 class TaggingScores(EntityF1):
@@ -53,7 +51,8 @@ class TaggingScores(EntityF1):
 
 
 class SpanScores(Metric):
-    """SQuAD v1.1 exact match or F1 (percent) of one extractive-QA task over whole questions.
+    """SQuAD v1.1 exact match or F1 of one extractive-QA task over whole questions, as a fraction in [0, 1] (the
+    official script prints 100 times these, :func:`~mtdnn.modeling.squad_metrics.squad_scores`).
 
     Args:
         key: ``exact_match`` or ``squad_f1``, the score ``compute()`` returns.
@@ -132,4 +131,5 @@ class SpanScores(Metric):
         features = self.split.features
         gold = {features["example_id"][w]: features["answers"][w] for w in range(len(self.split))}
         scores = squad_scores(predicted, gold)
-        return torch.tensor(scores["exact_match" if self.key == "exact_match" else "f1"], dtype=torch.float64)
+        # as a fraction, on the scale of the other tasks' metrics in the dev average (the official script: x 100)
+        return torch.tensor(scores["exact_match" if self.key == "exact_match" else "f1"] / 100.0, dtype=torch.float64)

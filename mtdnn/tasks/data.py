@@ -244,7 +244,7 @@ def _source_digest(task: TaskDef, split: str, data_dir: Path) -> str | None:
         return None
     if spec.carve is not None:
         parent = _source_digest(task, spec.carve.from_split, data_dir)
-        return parent and f"{parent}:carve:{spec.carve.size}:{spec.carve.seed}"
+        return parent and f"{parent}:carve:{spec.carve.size}:{spec.carve.seed}" + _by(spec.carve)
     if spec.folds is not None:
         parent = _source_digest(task, spec.folds.from_split, data_dir)
         f = spec.folds
@@ -252,8 +252,13 @@ def _source_digest(task: TaskDef, split: str, data_dir: Path) -> str | None:
     digest = _file_digest(_file_path(task, split, data_dir))
     for other, other_spec in task.splits.items():
         if other_spec.carve is not None and other_spec.carve.from_split == split:
-            digest += f":minus:{other}:{other_spec.carve.size}:{other_spec.carve.seed}"
+            digest += f":minus:{other}:{other_spec.carve.size}:{other_spec.carve.seed}" + _by(other_spec.carve)
     return digest
+
+
+def _by(carve) -> str:
+    """The carve unit in a digest, only when not rows (so that row carves keep their cache keys)."""
+    return "" if carve.by == "row" else f":by:{carve.by}"
 
 
 def _read_source(task: TaskDef, split: str, data_dir: Path) -> RawSplit:
@@ -264,6 +269,8 @@ def _read_source(task: TaskDef, split: str, data_dir: Path) -> RawSplit:
     else:
         path = _file_path(task, split, data_dir)
         source, digest = str(path), _file_digest(path)
+        if task.task_type.read_file is not None:  # conll, squad: whole files (mtdnn.tasks.token)
+            return RawSplit(task.name, split, source, digest, task.task_type.read_file(task, split, path))
         columns, rows = _read_table(path, spec)
     dropped: list[int] = []
     examples = _build_examples(task, split, source, columns, rows, dropped)
@@ -271,6 +278,21 @@ def _read_source(task: TaskDef, split: str, data_dir: Path) -> RawSplit:
         log.info("%s: task '%s', split '%s': dropped %d rows whose label is one of %s",
                  source, task.name, split, len(dropped), task.drop_labels)
     return RawSplit(task.name, split, source, digest, examples, dropped=len(dropped))
+
+
+def _carve(examples: list, carve, source: str, task: str) -> list[int]:
+    """Positions of the examples a carve takes: rows of a seeded permutation, or (``by: article``) every question
+    of the first ``size`` articles of a seeded permutation of a SQuAD file's articles."""
+    if carve.by == "row":
+        return _carved_positions(len(examples), carve.size, carve.seed, source, task)
+    from .squad import carve_articles
+
+    articles = max(ex.article for ex in examples) + 1
+    try:
+        chosen = set(carve_articles(articles, carve.size, carve.seed))
+    except DataError as err:
+        raise DataError(f"{source}: task '{task}', {err}") from None
+    return [i for i, ex in enumerate(examples) if ex.article in chosen]
 
 
 def _carved_positions(n: int, size: int, seed: int, source: str, task: str) -> list[int]:
@@ -317,15 +339,14 @@ def load_split(task: TaskDef, split: str, data_dir: Path) -> RawSplit:
         raw = _fold_split(task, split, data_dir)
     elif spec.carve is not None:
         parent = _read_source(task, spec.carve.from_split, data_dir)
-        keep = _carved_positions(len(parent.examples), spec.carve.size, spec.carve.seed, parent.source, task.name)
+        keep = _carve(parent.examples, spec.carve, parent.source, task.name)
         examples = [parent.examples[i] for i in keep]
         raw = RawSplit(task.name, split, f"{parent.source} (carved {split})", "", examples, dropped=parent.dropped)
     else:
         raw = _read_source(task, split, data_dir)
         for other, other_spec in task.splits.items():
             if other_spec.carve is not None and other_spec.carve.from_split == split:
-                carved = set(_carved_positions(len(raw.examples), other_spec.carve.size, other_spec.carve.seed,
-                                               raw.source, task.name))
+                carved = set(_carve(raw.examples, other_spec.carve, raw.source, task.name))
                 raw.examples = [ex for i, ex in enumerate(raw.examples) if i not in carved]
     raw.digest = _source_digest(task, split, data_dir) or raw.digest
     if not raw.examples:
@@ -437,6 +458,8 @@ def _cache_key(digest: str, task: TaskDef, split: str, tokenizer, max_length: in
         parse_rules["drop_labels"] = task.drop_labels
     if task.head.type:  # a head may need its own columns (SAN: sequence_ids); only when set, as above
         parse_rules["head"] = task.head.type
+    if task.type == "span_extraction":  # the windows depend on the stride
+        parse_rules["doc_stride"] = task.qa_spec.doc_stride
     payload = json.dumps({"v": 1, "digest": digest, "rules": parse_rules, "max_length": max_length,
                           "tokenizer": tokenizer_fingerprint(tokenizer)}, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:24]

@@ -47,11 +47,14 @@ class CarveSource(_Strict):
     """A split carved out of another split with a seeded permutation (e.g. a dev set for QQP's train subset).
 
     The first ``size`` rows of ``permutation(seed)`` of ``from_split`` form this split and are removed from it.
+    ``by: article`` permutes a SQuAD file's articles instead of its rows: the questions of the first ``size``
+    articles form this split (every question about one article stays on one side).
     """
 
     from_split: str
     size: int = Field(gt=0)
     seed: int = 0
+    by: Literal["row", "article"] = "row"
 
 
 def task_splits_source(splits: dict, split: str) -> str:
@@ -83,7 +86,8 @@ class SplitSpec(_Strict):
     """Where one split's rows come from and how its file is parsed.
 
     Exactly one of ``path`` (a file under the data root), ``hub``, ``carve`` or ``folds`` is given.
-    ``format``: tsv, csv or jsonl. ``header``: whether the first line names the columns; without one,
+    ``format``: tsv, csv, jsonl, or for the token-level types ``conll`` (one token a line, its fields named by
+    ``columns``, :mod:`mtdnn.tasks.conll`) and ``squad`` (SQuAD v1.1 JSON, :mod:`mtdnn.tasks.squad`). ``header``: whether the first line names the columns; without one,
     ``columns`` names them. ``quoting``: ``none`` (GLUE tsv: a ``"`` is an ordinary character) or ``csv``
     (fields may be quoted); defaults to none for tsv and csv for csv. ``id``: a column holding each row's id
     (GLUE test ``index``); otherwise the 0-based row number is the id.
@@ -93,7 +97,7 @@ class SplitSpec(_Strict):
     hub: HubSource | None = None
     carve: CarveSource | None = None
     folds: FoldSource | None = None
-    format: Literal["tsv", "csv", "jsonl"] = "tsv"
+    format: Literal["tsv", "csv", "jsonl", "conll", "squad"] = "tsv"
     header: bool = True
     columns: list[str] | None = None
     quoting: Literal["none", "csv"] | None = None
@@ -105,7 +109,9 @@ class SplitSpec(_Strict):
         given = [k for k in ("path", "hub", "carve", "folds") if getattr(self, k) is not None]
         if len(given) != 1:
             raise ValueError(f"give exactly one of path, hub, carve, folds (got {given or 'none'})")
-        if self.path is not None and self.format != "jsonl" and not self.header and not self.columns:
+        if self.path is not None and self.format == "conll" and not self.columns:
+            raise ValueError("a conll file needs 'columns' (the names of a line's fields, in order)")
+        if self.path is not None and self.format in ("tsv", "csv") and not self.header and not self.columns:
             raise ValueError("a file with header: false needs 'columns' (the column names, in order)")
         return self
 
@@ -161,6 +167,20 @@ class MaskingSpec(_Strict):
         return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
 
 
+class QASpec(_Strict):
+    """Windows and answer decoding of a ``span_extraction`` task (:mod:`mtdnn.tasks.token_features`,
+    :mod:`mtdnn.modeling.span_decoding`).
+
+    ``doc_stride``: context pieces shared by consecutive windows (the fast tokenizer's ``stride``, as Hugging Face
+    ``run_qa``'s ``doc_stride``); ``max_answer_length``: the longest answer in pieces; ``n_best``: spans kept per
+    question.
+    """
+
+    doc_stride: int = Field(default=128, ge=0)
+    max_answer_length: int = Field(default=30, ge=1)
+    n_best: int = Field(default=20, ge=1)
+
+
 class TaskDef(_Strict):
     """One task: its data, its type, loss, metrics and head. See the module docstring for the YAML form.
 
@@ -186,6 +206,7 @@ class TaskDef(_Strict):
     metrics: list[str] | None = None
     head: HeadSpec = HeadSpec()
     masking: MaskingSpec | None = None
+    qa: QASpec | None = None
     max_length: int = Field(default=128, ge=8, le=4096)
     sampling_weight: float = Field(default=1.0, gt=0.0)
     loss_weight: float = Field(default=1.0, ge=0.0)
@@ -227,6 +248,8 @@ class TaskDef(_Strict):
         if self.drop_labels and set(self.drop_labels) & set(self.labels or []):
             raise ValueError(f"'drop_labels' {self.drop_labels} overlaps 'labels' {self.labels}: a value cannot be "
                              "both a class and a row to drop")
+        if self.qa is not None and self.type != "span_extraction":
+            raise ValueError(f"'qa' is only for span_extraction tasks, not {self.type}")
         if "f1" in (self.metrics or []) and len(self.labels or []) != 2:
             raise ValueError("metric 'f1' is the binary F1 of class 1 and needs exactly two labels")
         for split, spec in self.splits.items():
@@ -242,6 +265,11 @@ class TaskDef(_Strict):
     def task_type(self) -> TaskType:
         """The registry entry of this task's ``type`` (:data:`mtdnn.tasks.types.TASK_TYPES`)."""
         return TASK_TYPES[self.type]
+
+    @property
+    def qa_spec(self) -> QASpec:
+        """``qa``, defaulting to a stride of 128 pieces, answers of at most 30 pieces and 20 best spans."""
+        return self.qa or QASpec()
 
     @property
     def masking_spec(self) -> MaskingSpec:

@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from .taskdef import TaskDef
 
 MASKED = -1e4  # padding value of span logits (as mtdnn.modeling.token_heads.MASKED)
+TAGGING_METRICS = ("entity_f1", "entity_precision", "entity_recall", "token_accuracy")
+SPAN_METRICS = ("squad_f1", "exact_match")
 
 
 # ------------------------------------------------------------------------------------------------ definitions
@@ -66,7 +68,29 @@ def _check_formats(task: TaskDef, fmt: str) -> None:
             raise ValueError(f"split '{name}': carve by article is for squad files only")
 
 
+def tagging_width(task: TaskDef) -> int:
+    """Outputs per example as soft targets would see them: ``max_length * tags`` (per-piece distributions)."""
+    return task.max_length * len(task.labels or [])
+
+
+def span_width(task: TaskDef) -> int:
+    """Outputs per window as soft targets would see them: ``max_length * 2`` (start and end distributions)."""
+    return task.max_length * 2
+
+
 # ------------------------------------------------------------------------------------------------ reading
+
+
+def file_only(task: TaskDef, row: dict[str, str], line: int) -> list:
+    """Token-level files are read whole (:func:`read_file`), never row by row; raises ValueError."""
+    raise ValueError(f"a {task.type} task reads its files whole (format conll or squad), not rows of a table")
+
+
+def parse_tag(task: TaskDef, value: str) -> int:
+    """A tag of the task's tag set -> its id; raises ValueError naming the tag set."""
+    if value.strip() not in (task.labels or []):
+        raise ValueError(f"tag {value!r} is not in the task's tag set ({', '.join(task.labels or [])})")
+    return list(task.labels).index(value.strip())
 
 
 def read_file(task: TaskDef, split: str, path) -> list:
@@ -112,6 +136,11 @@ def collate_windows(features: list[dict[str, Any]], task: TaskDef, pad_token_id:
 # ------------------------------------------------------------------------------------------------ outputs
 
 
+def as_is(task: TaskDef, x: torch.Tensor) -> torch.Tensor:
+    """Token heads give their outputs in their final shape (``(n, seq_len, tags)`` or ``(n, seq_len, 2)``)."""
+    return x
+
+
 def first_piece_tags(outputs: torch.Tensor, labels: torch.Tensor, weight: torch.Tensor) -> tuple[list, list]:
     """What entity metrics compare: per real sentence, the predicted and gold tag ids of its labelled pieces
     (each word's first piece), as Hugging Face ``run_ner`` scores them."""
@@ -125,9 +154,9 @@ def first_piece_tags(outputs: torch.Tensor, labels: torch.Tensor, weight: torch.
 
 
 def window_logits(outputs: torch.Tensor, labels: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """What span metrics keep: the windows' logits ``(n, seq_len, 2)`` and weights (windows are identified by the
-    batch's ``idx``; see :class:`mtdnn.modeling.token_metrics.SpanScores`)."""
-    return outputs, weight
+    """What span metrics keep: the windows' logits ``(n, seq_len, 2)``, labels ``(n, 3)`` (whose third column, the
+    window's row, identifies it) and weights (see :class:`mtdnn.modeling.token_metrics.SpanScores`)."""
+    return outputs, labels, weight
 
 
 def decode_tags(task: TaskDef, outputs: torch.Tensor) -> list[dict]:

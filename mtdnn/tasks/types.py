@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, Literal
 
 import torch
 
-from . import mlm, sentence
+from . import mlm, sentence, token
 from .rows import Example
 
 if TYPE_CHECKING:
@@ -56,6 +56,8 @@ class TaskType:
         soft_targets: how teacher members' outputs are combined (``probabilities``: mean of softmax, ``mean``:
             mean prediction), or None when the type cannot be distilled.
         selected: whether the task's first dev metric counts in the dev average that selects the best epoch.
+        read_file: for types whose files are not tables of rows (``conll``, ``squad``): ``(task, split, path)``
+            -> the examples of the whole file; None: rows of a tsv/csv/jsonl table, each by ``make_examples``.
     """
 
     name: str
@@ -75,6 +77,7 @@ class TaskType:
     decode: Callable[[TaskDef, torch.Tensor], list[dict]]
     soft_targets: Literal["probabilities", "mean"] | None
     selected: bool = True
+    read_file: Callable[[TaskDef, str, Any], list] | None = None
 
 
 TASK_TYPES: dict[str, TaskType] = {
@@ -105,6 +108,19 @@ TASK_TYPES: dict[str, TaskType] = {
         num_outputs=lambda task: 0, output_width=mlm.no_width, make_examples=mlm.text_examples, parse_label=None,
         tokenize=mlm.tokenize_packed, collate=mlm.collate_mlm, head_outputs=mlm.no_head_outputs,
         metric_inputs=mlm.masked_targets, decode=mlm.no_decode, soft_targets=None, selected=False),
+    "sequence_labelling": TaskType(
+        name="sequence_labelling", heads=("token",), losses=("token_cross_entropy",),
+        metrics=token.TAGGING_METRICS, default_metrics=token.TAGGING_METRICS, check=token.check_sequence_labelling,
+        num_outputs=lambda task: len(task.labels), output_width=token.tagging_width, make_examples=token.file_only,
+        parse_label=token.parse_tag, tokenize=token.tokenize_tagging, collate=token.collate_tags,
+        head_outputs=token.as_is, metric_inputs=token.first_piece_tags, decode=token.decode_tags, soft_targets=None,
+        read_file=token.read_file),
+    "span_extraction": TaskType(
+        name="span_extraction", heads=("span",), losses=("span_cross_entropy",), metrics=token.SPAN_METRICS,
+        default_metrics=token.SPAN_METRICS, check=token.check_span_extraction, num_outputs=lambda task: 2,
+        output_width=token.span_width, make_examples=token.file_only, parse_label=None,
+        tokenize=token.tokenize_spans, collate=token.collate_windows, head_outputs=token.as_is,
+        metric_inputs=token.window_logits, decode=token.decode_windows, soft_targets=None, read_file=token.read_file),
 }
 
 

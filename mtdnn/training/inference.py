@@ -147,8 +147,9 @@ def predict_outputs(model: MultiTaskModel, task: TaskDef, split: TokenizedSplit,
     """The head's outputs for every row of ``split``, in the split's order, float32 on CPU.
 
     Rows are batched longest first (:class:`~mtdnn.tasks.schedule.EvalBatchSampler`) and dynamically padded.
-    Returns logits ``(n, num_labels)`` (classification), scores ``(n,)`` (regression) or candidate scores
-    ``(n, num_candidates)`` (ranking). When ``metrics`` (a torchmetrics collection on ``device``) is given and
+    Returns logits ``(n, num_labels)`` (classification), scores ``(n,)`` (regression), candidate scores
+    ``(n, num_candidates)`` (ranking), or per-piece outputs ``(n, seq_len, k)`` of the token-level types, padded
+    to the longest row with -1e4 (below any real logit). When ``metrics`` (a torchmetrics collection on ``device``) is given and
     the split is labelled, every batch is added to it in batch order, as training's validation does.
     """
     orders, outputs = [], []
@@ -162,6 +163,9 @@ def predict_outputs(model: MultiTaskModel, task: TaskDef, split: TokenizedSplit,
             update_metrics(metrics, task.type, out, batch["labels"].to(device), batch["weight"].to(device))
         orders.append(batch["idx"])
         outputs.append(out.float().cpu())
+    if outputs[0].dim() == 3:  # token-level outputs: batches differ in seq_len
+        longest = max(o.shape[1] for o in outputs)
+        outputs = [torch.nn.functional.pad(o, (0, 0, 0, longest - o.shape[1]), value=-1e4) for o in outputs]
     result = torch.cat(outputs)
     restored = torch.empty_like(result)
     restored[torch.cat(orders)] = result

@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader
 
 from ..tasks.data import TokenizedSplit, collate, tokenized_split
 from ..modeling.losses import LOSSES
-from ..modeling.metrics import average_score, build_metrics, compute_metrics, update_metrics
+from ..modeling.metrics import attach_split, average_score, build_metrics, compute_metrics, update_metrics
 from ..modeling.model import MultiTaskModel, load_encoder
 from ..tasks.schedule import EvalBatchSampler, MultiTaskBatchSampler, TaskSize
 from ..tasks.taskdef import TaskDef
@@ -363,6 +363,12 @@ class MultiTaskModule(pl.LightningModule):
         if getattr(self.trainer.precision_plugin, "scaler", None) is None:
             self.flag_nonfinite(norm)
         return None
+    def on_validation_epoch_start(self) -> None:
+        # Metrics that decode whole questions from their windows (span extraction) read the dev split's offsets.
+        dev_sets = getattr(getattr(self.trainer, "datamodule", None), "dev_sets", {})
+        for name in self.dev_task_names:
+            if name in dev_sets:
+                attach_split(self.dev_metrics[name], dev_sets[name])
 
     def validation_step(self, batch: dict, batch_idx: int, dataloader_idx: int = 0) -> None:
         task = self.task_defs[batch["task"]]
