@@ -198,12 +198,17 @@ def main(argv: list[str] | None = None) -> int:
 
     from ..tasks.data import tokenize_examples, tokenized_split
     from ..training.inference import decode, load_model, predict_outputs, resolve_device
-    from ..training.runs import write_atomic
 
     loaded = load_model(args.model, args.checkpoint)
     if args.task is None and len(loaded.tasks) > 1:
         raise ConfigError(f"--task: {loaded.model_dir} has several tasks ({', '.join(loaded.tasks)}); name one")
     task = loaded.task(args.task or next(iter(loaded.tasks)))
+    if task.task_type.read_file is not None:  # token-level types: words and entities, answers over windows
+        from .token_predict import predict_token_task
+
+        text, count = predict_token_task(args, loaded, task, resolve_device(args.device))
+        return _write(text, output_path(args.output, task, args.split or "input", args.format or "jsonl"), count,
+                      args.format or "jsonl")
     fmt = args.format or ("glue" if args.split == "test" and task.glue_name else "tsv")
     if fmt == "glue" and (args.split is None or not task.glue_name):
         raise ConfigError(f"--format glue: needs --split and a task with a glue_name (task '{task.name}' "
@@ -222,12 +227,18 @@ def main(argv: list[str] | None = None) -> int:
     outputs = predict_outputs(loaded.model.to(device), task, split, loaded.tokenizer.pad_token_id or 0,
                               args.batch_size or loaded.eval_batch_size, loaded.pad_to_multiple_of, device=device)
     text = format_predictions(task, split.ids, decode(task, outputs), fmt)
-    path = output_path(args.output, task, split_name, fmt)
+    return _write(text, output_path(args.output, task, split_name, fmt), len(split), fmt)
+
+
+def _write(text: str, path: Path | None, count: int, fmt: str) -> int:
+    """Write the predictions to ``path`` atomically, or to stdout when None."""
+    from ..training.runs import write_atomic
+
     if path is None:
         sys.stdout.write(text)
     else:
         write_atomic(path, text)
-        print(f"{len(split)} predictions ({fmt}) written: {path}", file=sys.stderr)
+        print(f"{count} predictions ({fmt}) written: {path}", file=sys.stderr)
     return 0
 
 

@@ -107,6 +107,19 @@ def read_file(task: TaskDef, split: str, path) -> list:
                       task.name, spec.encoding)
 
 
+def article_lists(tasks: dict, data_dir) -> dict[str, dict[str, list[str]]]:
+    """For every task with a split carved by article: ``{task: {split: [article titles]}}`` of its labelled
+    splits (what a run writes to ``carves.json``); empty when no task carves by article."""
+    from .data import load_split
+
+    lists = {}
+    for name, task in tasks.items():
+        if any(spec.carve is not None and spec.carve.by == "article" for spec in task.splits.values()):
+            lists[name] = {split: list(dict.fromkeys(ex.title for ex in load_split(task, split, data_dir).examples))
+                           for split in ("train", "dev") if split in task.splits}
+    return lists
+
+
 # ------------------------------------------------------------------------------------------------ tokenization
 
 

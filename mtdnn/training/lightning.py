@@ -363,6 +363,7 @@ class MultiTaskModule(pl.LightningModule):
         if getattr(self.trainer.precision_plugin, "scaler", None) is None:
             self.flag_nonfinite(norm)
         return None
+
     def on_validation_epoch_start(self) -> None:
         # Metrics that decode whole questions from their windows (span extraction) read the dev split's offsets.
         dev_sets = getattr(getattr(self.trainer, "datamodule", None), "dev_sets", {})

@@ -416,6 +416,11 @@ def main(argv: list[str] | None = None) -> int:
                       "data_dir": str(data_dir), "encoder": encoder,
                       "tasks": {n: t.to_plain() for n, t in tasks.items()}}
             write_atomic(run_dir / CONFIG_FILE, yaml.safe_dump(config, sort_keys=False))
+            from ..tasks.token import article_lists
+
+            carves = article_lists(tasks, data_dir)
+            if carves:  # the articles of each side of a carve by article (SQuAD), for the record
+                write_atomic(run_dir / "carves.json", json.dumps(carves, indent=2, ensure_ascii=False) + "\n")
     set_sdpa_backend(args.sdpa_backend)
     if args.compile:
         # Module.compile works in place: no OptimizedModule wrapper, so no "_orig_mod." in checkpoint keys.
