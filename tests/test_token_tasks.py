@@ -213,7 +213,7 @@ def test_ddp_evaluation_gathers_windows_with_more_ranks_than_dev_windows(tmp_pat
     ddp = subprocess.run([sys.executable, "-m", "mtdnn.train",
                           *train_args(task_defs, data, tmp_path / "ddp", tiny_encoder, *common, "--devices", "2",
                                       "--strategy", "ddp")],
-                         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+                         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=420)
     assert ddp.returncode == 0, ddp.stderr[-3000:]
     assert cli(trainer, train_args(task_defs, data, tmp_path / "single", tiny_encoder, *common, "--devices", "1")) == 0
     carves = json.loads((tmp_path / "single" / "carves.json").read_text())["squad"]

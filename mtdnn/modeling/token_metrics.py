@@ -16,20 +16,24 @@ from __future__ import annotations
 import torch
 from torchmetrics import Metric
 
-from .entity_metrics import EntityF1
+from .entity_metrics import entity_counts, scores_from_counts
 from .span_decoding import decode_spans
 from .token_heads import MASKED
 from .squad_metrics import squad_scores
 
 
 
-class TaggingScores(EntityF1):
+class TaggingScores(Metric):
     """One of the sequence-labelling scores (``key``: ``entity_f1``, ``entity_precision``, ``entity_recall`` or
-    ``token_accuracy``), from tag ids.
+    ``token_accuracy``), from tag ids; integer counts summed across ranks.
 
     ``update(predicted, gold)`` takes, per sentence, the tag ids of its scored words (each word's first piece,
     :func:`mtdnn.tasks.token.first_piece_tags`, as Hugging Face ``run_ner`` scores them; a word that yields no
     piece or is cut by ``max_length`` is not scored).
+
+    The states are named after ``key``: torchmetrics merges metrics with equal states into one compute group,
+    but only on ranks that saw a batch, and a rank without dev batches would then sync a different number of
+    states (a DDP hang).
 
     Args:
         labels: the task's tag names (tag id -> name).
@@ -38,16 +42,32 @@ class TaggingScores(EntityF1):
 
     KEYS = {"entity_f1": "f1", "entity_precision": "precision", "entity_recall": "recall",
             "token_accuracy": "accuracy"}
+    COUNTS = ("correct", "predicted", "gold", "words_correct", "words")
+    full_state_update = False
 
     def __init__(self, labels: list[str], key: str = "entity_f1", **kwargs):
         super().__init__(**kwargs)
         self.labels, self.key = list(labels), key
+        for name in self.COUNTS:
+            self.add_state(f"{key}_{name}", default=torch.tensor(0, dtype=torch.long), dist_reduce_fx="sum")
+
+    def _count(self, name: str) -> torch.Tensor:
+        return getattr(self, f"{self.key}_{name}")
 
     def update(self, predicted: list[list[int]], gold: list[list[int]]) -> None:
-        super().update([[self.labels[t] for t in g] for g in gold], [[self.labels[t] for t in p] for p in predicted])
+        gold_tags = [[self.labels[t] for t in g] for g in gold]
+        predicted_tags = [[self.labels[t] for t in p] for p in predicted]
+        counts = dict(zip(("correct", "predicted", "gold"), entity_counts(gold_tags, predicted_tags)))
+        counts["words_correct"] = sum(a == b for g, p in zip(gold, predicted) for a, b in zip(g, p))
+        counts["words"] = sum(len(g) for g in gold)
+        for name, value in counts.items():
+            setattr(self, f"{self.key}_{name}", self._count(name) + value)
 
     def compute(self) -> torch.Tensor:
-        return super().compute()[self.KEYS[self.key]]
+        scores = scores_from_counts(*(int(self._count(n)) for n in ("correct", "predicted", "gold")))
+        words = int(self._count("words"))
+        scores["accuracy"] = int(self._count("words_correct")) / words if words else 0.0
+        return torch.tensor(scores[self.KEYS[self.key]], dtype=torch.float64)
 
 
 class SpanScores(Metric):
@@ -68,16 +88,19 @@ class SpanScores(Metric):
         self.n_best, self.max_answer_length = n_best, max_answer_length
         self.split = None
         self.decoded: dict = {}
-        # 1-d float states on every rank (torchmetrics gathers 1-d tensors of any length, even empty ones)
-        self.add_state("windows", default=[], dist_reduce_fx="cat")
-        self.add_state("lengths", default=[], dist_reduce_fx="cat")
-        self.add_state("logits", default=[], dist_reduce_fx="cat")
+        # 1-d float states on every rank (torchmetrics gathers 1-d tensors of any length, even empty ones), named
+        # after the key so that EM and F1 never share a compute group (see TaggingScores)
+        for name in ("windows", "lengths", "logits"):
+            self.add_state(f"{key}_{name}", default=[], dist_reduce_fx="cat")
 
     def attach(self, split) -> "SpanScores":
         """The tokenized split whose windows are scored (its ``offset_start``, ``offset_end``, ``example_id``,
         ``context`` and ``answers`` features)."""
         self.split = split
         return self
+
+    def _state(self, name: str):
+        return getattr(self, f"{self.key}_{name}")
 
     def update(self, logits: torch.Tensor, labels: torch.Tensor, weight: torch.Tensor) -> None:
         """Keep each real window's start/end logits.
@@ -90,10 +113,10 @@ class SpanScores(Metric):
         keep = weight > 0
         rows = logits[keep].float()
         lengths = (rows[..., 0] > MASKED / 2).sum(1)
-        self.windows.append(labels[keep][:, 2].float())
-        self.lengths.append(lengths.float())
+        self._state("windows").append(labels[keep][:, 2].float())
+        self._state("lengths").append(lengths.float())
         # each window's start logits then end logits, unpadded: 2 * length values
-        self.logits.append(torch.cat([torch.cat([r[:n, 0], r[:n, 1]]) for r, n in zip(rows, lengths.tolist())])
+        self._state("logits").append(torch.cat([torch.cat([r[:n, 0], r[:n, 1]]) for r, n in zip(rows, lengths.tolist())])
                            if len(rows) else rows.new_zeros(0))
 
     def predictions(self) -> dict:
@@ -102,9 +125,9 @@ class SpanScores(Metric):
         if self.split is None:
             raise RuntimeError("SpanScores.attach(split) must be called before compute()")
         cat = lambda states: torch.cat([s.reshape(-1) for s in states]) if isinstance(states, list) else states  # noqa: E731
-        windows = cat(self.windows).long().tolist() if len(self.windows) else []
-        lengths = cat(self.lengths).long().tolist() if len(self.lengths) else []
-        flat = cat(self.logits) if len(self.logits) else torch.zeros(0)
+        windows = cat(self._state("windows")).long().tolist() if len(self._state("windows")) else []
+        lengths = cat(self._state("lengths")).long().tolist() if len(self._state("lengths")) else []
+        flat = cat(self._state("logits")) if len(self._state("logits")) else torch.zeros(0)
         features = self.split.features
         start_logits, end_logits, seen, position = [], [], set(), 0
         chosen = []
