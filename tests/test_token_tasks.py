@@ -81,6 +81,7 @@ tasks:
     splits:
       train: {{path: qa/squad.json, format: squad}}
       dev: {{carve: {{from_split: train, size: {squad_dev_size}, seed: {squad_seed}, by: article}}}}
+    label: answers
     max_length: 24
     qa: {{doc_stride: 6, max_answer_length: 8, n_best: 5}}
   cls:
@@ -196,7 +197,7 @@ def test_bad_token_task_definitions_are_config_errors(tmp_path):
         with pytest.raises(ConfigError, match=needle):
             parse_tasks({"tasks": {"ner": {**base, **change}}}, "mem")
     squad = {"type": "span_extraction", "splits": {"train": {"path": "x", "format": "squad"}}, "max_length": 32,
-             "qa": {"doc_stride": 30}}
+             "label": "answers", "qa": {"doc_stride": 30}}
     with pytest.raises(ConfigError, match="doc_stride 30 must be below"):
         parse_tasks({"tasks": {"squad": squad}}, "mem")
 

@@ -48,10 +48,14 @@ def check_sequence_labelling(task: TaskDef) -> None:
 
 
 def check_span_extraction(task: TaskDef) -> None:
-    """Every file split in the ``squad`` format, and windows that fit ``max_length``; raises ValueError."""
+    """Every file split in the ``squad`` format, ``label: answers``, and windows that fit ``max_length``; raises
+    ValueError."""
     if task.candidates is not None or task.labels is not None:
         raise ValueError("'candidates' and 'labels' are not fields of a span_extraction task")
     _check_formats(task, "squad")
+    if task.label != "answers":
+        raise ValueError(f"a span_extraction task's 'label' is 'answers', the SQuAD field of the gold answers "
+                         f"(got {task.label!r})")
     spec = task.qa_spec
     if spec.doc_stride >= task.max_length - 8:
         raise ValueError(f"qa.doc_stride {spec.doc_stride} must be below max_length - 8 = {task.max_length - 8}")
@@ -84,6 +88,11 @@ def span_width(task: TaskDef) -> int:
 def file_only(task: TaskDef, row: dict[str, str], line: int) -> list:
     """Token-level files are read whole (:func:`read_file`), never row by row; raises ValueError."""
     raise ValueError(f"a {task.type} task reads its files whole (format conll or squad), not rows of a table")
+
+
+def parse_answers(task: TaskDef, value: str):
+    """SQuAD answers are read with their file (:func:`read_file`), never as a table field; raises ValueError."""
+    raise ValueError("a span_extraction task reads its answers from its SQuAD file")
 
 
 def parse_tag(task: TaskDef, value: str) -> int:

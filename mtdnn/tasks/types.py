@@ -118,7 +118,7 @@ TASK_TYPES: dict[str, TaskType] = {
     "span_extraction": TaskType(
         name="span_extraction", heads=("span",), losses=("span_cross_entropy",), metrics=token.SPAN_METRICS,
         default_metrics=token.SPAN_METRICS, check=token.check_span_extraction, num_outputs=lambda task: 2,
-        output_width=token.span_width, make_examples=token.file_only, parse_label=None,
+        output_width=token.span_width, make_examples=token.file_only, parse_label=token.parse_answers,
         tokenize=token.tokenize_spans, collate=token.collate_windows, head_outputs=token.as_is,
         metric_inputs=token.window_logits, decode=token.decode_windows, soft_targets=None, read_file=token.read_file),
 }
