@@ -8,6 +8,7 @@ instead of a traceback.
 
 from __future__ import annotations
 
+import argparse
 import sys
 from typing import Callable
 
@@ -41,3 +42,21 @@ def run_cli(main: Callable[[list[str] | None], int | None], argv: list[str] | No
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
     sys.exit(code or 0)
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """``--help`` of every command: a flag's default shown once (not when its help already says it, nor for
+    switches and unset options), and reStructuredText double backticks removed from descriptions."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "default" in text or action.default in (None, False, argparse.SUPPRESS) or not action.option_strings:
+            return text
+        return text + " (default: %(default)s)"
+
+    def _format_text(self, text: str) -> str:
+        return super()._format_text(text.replace("``", ""))
+
+
+class RawHelpFormatter(HelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """:class:`HelpFormatter` keeping the description's and epilog's line breaks (examples)."""

@@ -1,5 +1,14 @@
-"""Files the toolkit writes: atomic writes and the permissions a plain ``open``/``mkdir`` would give.
+"""Every file the toolkit reads or writes goes through this module: one helper per kind of file.
 
+- :func:`read_yaml` / :func:`parse_yaml`: the one YAML loader (safe; refuses repeated keys, anchors and aliases).
+- :func:`read_json`: JSON files the toolkit wrote (manifests, fingerprints, export metadata).
+- :func:`read_safetensors` / :func:`read_checkpoint`: tensors (``torch.load(weights_only=True)``).
+- :func:`prepare_output_path` / :func:`prepare_output_dir`: check an output location is writable before any work.
+- :func:`write_atomic` / :func:`write_json_atomic` / :func:`write_yaml_atomic`: a reader sees the old file or the
+  new one, never half of one.
+
+Every failure is a :class:`~mtdnn.errors.UserError` naming the file (exit code 2, no traceback). A test
+(``tests/test_fileio.py``) fails if a module of ``mtdnn/`` reads or writes such files any other way.
 The lowest layer of the package (beside :mod:`mtdnn.errors`): every stage may import it.
 """
 
@@ -11,6 +20,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from .errors import CheckpointError, ConfigError, UserError
+
+# ------------------------------------------------------------------------------------------------ permissions
+
 
 def default_mode(directory: bool = False) -> int:
     """The permissions a plain ``open``/``mkdir`` would give under the current umask (mkstemp gives 0600)."""
@@ -19,11 +34,222 @@ def default_mode(directory: bool = False) -> int:
     return (0o777 if directory else 0o666) & ~umask
 
 
-def write_atomic(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same directory and ``os.replace``."""
+# ------------------------------------------------------------------------------------------------------- YAML
+
+
+class _Refused(yaml.constructor.ConstructorError):
+    """YAML that is valid but refused by the toolkit (a repeated key, an anchor or alias)."""
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses anchors and aliases (no "billion laughs") and repeated mapping keys."""
+
+    def compose_node(self, parent, index):
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            kind = "alias *" if isinstance(event, yaml.AliasEvent) else "anchor &"
+            raise _Refused(
+                None, None, f"{kind}{event.anchor} is not allowed (anchors and aliases are refused; write the "
+                f"value out)", event.start_mark)
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.get(key)
+            except TypeError:  # an unhashable key: SafeConstructor reports it
+                continue
+            if first is not None:
+                raise _Refused(
+                    None, None, f"key {key!r} is repeated (first on line {first}, again on line "
+                    f"{key_node.start_mark.line + 1}); the second would silently replace the first",
+                    key_node.start_mark)
+            seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
+
+
+def parse_yaml(text: str, source: str, error: type[UserError] = ConfigError) -> Any:
+    """Parse YAML text with the toolkit's loader (safe; no repeated keys, anchors or aliases).
+
+    Raises:
+        ``error``: naming ``source`` and the line of the problem.
+    """
+    try:
+        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (_StrictLoader is a SafeLoader)
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        line = f" line {mark.line + 1}:" if mark is not None else ""
+        kind = "" if isinstance(err, _Refused) else " not valid YAML:"
+        raise error(f"{source}:{line}{kind} {err.problem or err.context}") from None
+    except yaml.YAMLError as err:
+        raise error(f"{source}: not valid YAML: {err}") from None
+
+
+def read_yaml(path: str | Path, error: type[UserError] = ConfigError, what: str = "YAML file") -> Any:
+    """Read a YAML file with :func:`parse_yaml`.
+
+    Args:
+        error: the :class:`~mtdnn.errors.UserError` subclass to raise (ConfigError for files a user writes,
+            CheckpointError for files the toolkit wrote).
+        what: the kind of file, for the message ("task definitions", "teacher spec", ...).
+
+    Raises:
+        ``error``: unreadable, not UTF-8, not valid YAML, a repeated key, an anchor or alias (naming the file).
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise error(f"{path}: cannot read the {what} (file not found)") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise error(f"{path}: cannot read the {what} ({getattr(err, 'strerror', None) or err})") from None
+    return parse_yaml(text, str(path), error)
+
+
+# ------------------------------------------------------------------------------------------------------- JSON
+
+
+def read_json(path: str | Path, error: type[UserError] = CheckpointError, what: str = "JSON file") -> Any:
+    """Read a JSON file.
+
+    Raises:
+        ``error``: missing, unreadable or not valid JSON (naming the file and, for JSON errors, the line).
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise error(f"{path}: cannot read the {what} (file not found)") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise error(f"{path}: cannot read the {what} ({getattr(err, 'strerror', None) or err})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise error(f"{path}: line {err.lineno}: the {what} is damaged or not JSON ({err.msg})") from None
+
+
+# ---------------------------------------------------------------------------------------------------- tensors
+
+
+def read_safetensors(path: str | Path) -> dict:
+    """``{name: tensor}`` of a safetensors file, on CPU.
+
+    Raises:
+        CheckpointError: missing, truncated or damaged (naming the file).
+    """
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: weights file not found")
+    try:
+        return load_file(str(path))
+    except Exception as err:  # SafetensorError, OSError, ValueError, ...: every one means a damaged file
+        raise CheckpointError(f"{path}: cannot read the weights, the file is truncated or damaged "
+                              f"({type(err).__name__}: {err})") from None
+
+
+def read_checkpoint(path: str | Path) -> dict:
+    """``torch.load(path, map_location="cpu", weights_only=True)``.
+
+    Raises:
+        CheckpointError: missing, truncated or not a checkpoint (naming the file).
+    """
+    import torch
+
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: checkpoint not found")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # zip and unpickling errors have many types
+        raise CheckpointError(f"{path}: cannot read the checkpoint, it is truncated or damaged ({err})") from None
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{path}: not a checkpoint (holds a {type(state).__name__}, not a mapping)")
+    return state
+
+
+# ----------------------------------------------------------------------------------------------------- output
+
+
+def _nearest_existing(path: Path) -> Path:
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    return probe
+
+
+def _check_writable_dir(directory: Path, target: Path, flag: str) -> None:
+    """Probe ``directory`` by creating and removing a file in it (``os.access`` says yes to root everywhere)."""
+    where = f"{flag}: " if flag else ""
+    if not directory.is_dir():
+        raise UserError(f"{where}{target}: cannot be created, {directory} is not a directory")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".mtdnn-write-test.", dir=directory)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as err:
+        raise UserError(f"{where}{target}: cannot write in {directory} ({err.strerror}); choose another "
+                        "location") from None
+
+
+def prepare_output_path(path: str | Path, flag: str = "") -> Path:
+    """Check that the file ``path`` can be written (its directory exists and is writable, or can be created),
+    before any work; nothing is created.
+
+    Args:
+        flag: the command-line flag that named the path (for the message), e.g. ``--output``.
+
+    Raises:
+        UserError: ``path`` is a directory, or its nearest existing ancestor is not a writable directory.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise UserError(f"{flag + ': ' if flag else ''}{path}: is a directory; give a file name")
+    _check_writable_dir(_nearest_existing(path.parent), path, flag)
+    return path
+
+
+def prepare_output_dir(path: str | Path, flag: str = "") -> Path:
+    """Check that the directory ``path`` can be created or written in, before any work; nothing is created.
+
+    Raises:
+        UserError: ``path`` exists and is not a directory, or cannot be created or written in.
+    """
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise UserError(f"{flag + ': ' if flag else ''}{path}: exists and is not a directory")
+    _check_writable_dir(_nearest_existing(path), path, flag)
+    return path
+
+
+def make_dir(path: str | Path) -> Path:
+    """``mkdir -p`` with failures as :class:`~mtdnn.errors.UserError` naming the directory."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserError(f"{path}: cannot create the directory ({err.strerror})") from None
+    return path
+
+
+def write_atomic(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same directory and ``os.replace``.
+
+    Raises:
+        UserError: the location cannot be written (permissions, disk full), naming the file; nothing is left.
+    """
+    path = Path(path)
+    try:
+        make_dir(path.parent)
+    except UserError as err:
+        raise UserError(f"{path}: cannot write ({err})") from None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    except OSError as err:
+        raise UserError(f"{path}: cannot write ({err.strerror})") from None
     os.chmod(tmp, default_mode())
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -31,6 +257,9 @@ def write_atomic(path: str | Path, text: str) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as err:
+        Path(tmp).unlink(missing_ok=True)
+        raise UserError(f"{path}: cannot write ({err.strerror})") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -39,3 +268,35 @@ def write_atomic(path: str | Path, text: str) -> None:
 def write_json_atomic(path: str | Path, obj: Any) -> None:
     """:func:`write_atomic` of ``obj`` as indented JSON."""
     write_atomic(path, json.dumps(obj, indent=2) + "\n")
+
+
+class _PlainDumper(yaml.SafeDumper):
+    """``yaml.SafeDumper`` that writes a value used twice out twice (no anchors, which :func:`parse_yaml` refuses)."""
+
+    def ignore_aliases(self, data):
+        return True
+
+
+def dump_yaml(obj: Any) -> str:
+    """``obj`` as YAML text (keys in their order), readable back by :func:`parse_yaml`."""
+    return yaml.dump(obj, Dumper=_PlainDumper, sort_keys=False)
+
+
+def append_lines(path: str | Path, lines: list[str]) -> None:
+    """Append ``lines`` (each ending in a newline) to a log-like file, creating its directory.
+
+    Raises:
+        UserError: the file cannot be written, naming it.
+    """
+    path = Path(path)
+    make_dir(path.parent)
+    try:
+        with path.open("a", encoding="utf-8") as f:
+            f.writelines(lines)
+    except OSError as err:
+        raise UserError(f"{path}: cannot write ({err.strerror})") from None
+
+
+def write_yaml_atomic(path: str | Path, obj: Any) -> None:
+    """:func:`write_atomic` of ``obj`` as YAML."""
+    write_atomic(path, dump_yaml(obj))

@@ -235,6 +235,9 @@ def test_interrupted_teacher_build_resumes_without_redoing_finished_members(worl
     assert resumed["trained"] == [("stsb", "member-2")]  # the finished members are not trained again
     assert resumed["computed"] == [("stsb", "member-2", "train"), ("stsb", "member-2", "dev")]  # nor re-run
     assert resumed["complete"] == ["rte/member-1", "rte/member-2", "stsb/member-1", "stsb/member-2"]
+    # a complete member keeps its export and cached outputs, not its checkpoints (most of its disk)
+    assert not list(world["teachers"].glob("*/member-*/checkpoints"))
+    assert len(list(world["teachers"].glob("*/member-*/export/heads.safetensors"))) == 4
     # each member is a normal training run from the multi-task run, with its own seed and dropout
     config = yaml.safe_load((world["teachers"] / "stsb" / "member-2" / "config.yaml").read_text())
     assert config["args"]["tasks"] == ["stsb"] and config["args"]["seed"] == 2 and config["args"]["dropout"] == 0.2

@@ -29,7 +29,7 @@ def run_dir(tmp_path_factory, data_dir, tiny_encoder):
     path = tmp_path_factory.mktemp("runs") / "rte-stsb"
     assert train.main([GLUE, "--tasks", "rte,stsb", "--data-dir", str(data_dir), "--encoder", tiny_encoder,
                        "--limit-train-examples", "64", "--batch-size", "16", "--max-epochs", "2",
-                       "--accelerator", "cpu", "--output-dir", str(path)]) == 0
+                       "--accelerator", "cpu", "--keep-last-checkpoint", "--output-dir", str(path)]) == 0
     return path
 
 

@@ -20,7 +20,8 @@ def job_args(run_dir, data_dir, encoder, *extra):
     """The main job's shape, cut to 8 optimizer steps: 4 tasks x 32 rows, batch 16, one epoch, clipping 1.0."""
     return [GLUE, "--tasks", TASKS, "--data-dir", str(data_dir), "--encoder", encoder,
             "--limit-train-examples", "32", "--batch-size", "16", "--max-epochs", "1", "--lr", "2e-3",
-            "--dropout", "0", "--gradient-clip", "1.0", "--accelerator", "cpu", "--output-dir", str(run_dir), *extra]
+            "--dropout", "0", "--gradient-clip", "1.0", "--accelerator", "cpu", "--keep-last-checkpoint",
+            "--output-dir", str(run_dir), *extra]
 
 
 def train_set_loss(module, data_dir, tokenizer) -> float:

@@ -19,7 +19,7 @@ GLUE = str(ROOT / "task_defs" / "glue.yaml")
 def args_for(run_dir, data_dir, encoder, *extra):
     return [GLUE, "--tasks", "rte,stsb", "--data-dir", str(data_dir), "--encoder", encoder,
             "--limit-train-examples", "40", "--batch-size", "15", "--max-epochs", "2", "--accelerator", "cpu",
-            "--output-dir", str(run_dir), *extra]
+            "--keep-last-checkpoint", "--output-dir", str(run_dir), *extra]
 
 
 def weights(run_dir: Path) -> dict:
@@ -40,6 +40,14 @@ def assert_same_metrics(a: Path, b: Path, atol: float) -> None:
             for name, value in scores.items():
                 assert value == pytest.approx(eb["tasks"][task][name], abs=atol), (task, name)
     assert ma["best"]["epoch"] == mb["best"]["epoch"]
+
+
+def logged_rows(run_dir: Path) -> list[tuple]:
+    """``(epoch, step, logged metric names)`` of every row of the run's logs/metrics.csv."""
+    import csv
+
+    with (run_dir / "logs" / "metrics.csv").open(newline="") as f:
+        return [(r["epoch"], r["step"], tuple(sorted(k for k, v in r.items() if v))) for r in csv.DictReader(f)]
 
 
 def read_trace(path: Path) -> list[dict]:
@@ -92,6 +100,10 @@ def test_killed_run_resumes_to_the_uninterrupted_result(tmp_path, data_dir, tiny
     assert_same_weights(weights(straight), weights(resumed), atol=1e-5)
     assert_same_metrics(straight, resumed, atol=1e-6)
     assert json.loads((straight / "schedule.json").read_text()) == json.loads((resumed / "schedule.json").read_text())
+    # one continuous log: the same rows (epoch, step, which metrics) as the uninterrupted run, in one metrics.csv
+    assert logged_rows(straight) == logged_rows(resumed)
+    assert sorted(p.name for p in (resumed / "logs").iterdir() if p.is_dir()) == \
+        sorted(p.name for p in (straight / "logs").iterdir() if p.is_dir())
 
     # resuming a complete run, or from a truncated checkpoint, is refused with exit 2
     with pytest.raises(SystemExit) as exit_info:

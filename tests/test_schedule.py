@@ -92,8 +92,18 @@ def test_state_dict_resumes_mid_epoch():
 
 def test_eval_sampler_covers_each_row_once_across_ranks():
     lengths = [i % 13 for i in range(101)]
-    rows = [i for rank in range(4) for b in EvalBatchSampler(lengths, 8, rank, 4) for i in b]
+    samplers = [EvalBatchSampler(lengths, 8, rank, 4) for rank in range(4)]
+    rows = [i for s in samplers for b in s for i in b if isinstance(i, int)]
     assert sorted(rows) == list(range(101))
+    # 13 batches on 4 ranks: every rank gets 4 (ranks 1-3 one weight-0 padding batch of the shortest row)
+    assert [len(s) for s in samplers] == [4, 4, 4, 4] and [s.padding for s in samplers] == [0, 1, 1, 1]
+    shortest = min(range(101), key=lambda i: (lengths[i], -i))
+    assert all(s.batches[-1] == [(shortest, 0.0)] for s in samplers[1:])
+
+
+def test_eval_sampler_gives_every_rank_a_batch_with_more_ranks_than_batches():
+    samplers = [EvalBatchSampler([5, 3, 4], 512, rank, 3) for rank in range(3)]
+    assert [s.batches for s in samplers] == [[[0, 2, 1]], [[(1, 0.0)]], [[(1, 0.0)]]]
 
 
 def test_bad_arguments():

@@ -47,10 +47,12 @@ def test_run_directory_metrics_and_schedule(two_task_run):
 
 
 def test_checkpoints_load_with_weights_only(two_task_run):
-    for name in ("best.ckpt", "last.ckpt"):
-        ckpt = torch.load(two_task_run / "checkpoints" / name, map_location="cpu", weights_only=True)
-        assert ckpt["hyper_parameters"]["tasks"]["rte"]["type"] == "classification"
-        assert "model.heads.stsb.out.weight" in ckpt["state_dict"]
+    ckpt = torch.load(two_task_run / "checkpoints" / "best.ckpt", map_location="cpu", weights_only=True)
+    assert ckpt["hyper_parameters"]["tasks"]["rte"]["type"] == "classification"
+    assert "model.heads.stsb.out.weight" in ckpt["state_dict"]
+    assert "optimizer_states" not in ckpt  # best.ckpt holds the weights only
+    # last.ckpt (optimizer state, for --resume) is removed once the run is complete
+    assert sorted(p.name for p in (two_task_run / "checkpoints").iterdir()) == ["best.ckpt"]
 
 
 def test_export_round_trip_matches_the_best_checkpoint(two_task_run, data_dir):
@@ -137,8 +139,9 @@ def test_fp16_checkpoint_trains_in_float32(tmp_path, data_dir):
     encoder_dir = make_tiny_encoder(tmp_path / "fp16", dtype=torch.float16)
     assert all(p.dtype == torch.float32 for p in load_encoder(str(encoder_dir)).parameters())
     run_dir = tmp_path / "run"
-    assert main(train_args(run_dir, data_dir, str(encoder_dir), "--max-epochs", "1")) == 0
+    assert main(train_args(run_dir, data_dir, str(encoder_dir), "--max-epochs", "1", "--keep-last-checkpoint")) == 0
     ckpt = torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    assert "optimizer_states" in ckpt  # kept on request, with what --resume needs
     assert all(v.dtype == torch.float32 for k, v in ckpt["state_dict"].items() if v.is_floating_point())
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["best"]["average"] == metrics["best"]["average"]  # not NaN

@@ -18,10 +18,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import yaml
 
 from ..errors import CheckpointError
-from ..fileio import default_mode
+from ..fileio import default_mode, make_dir, read_json, read_yaml, write_json_atomic
 from ..tasks.taskdef import TaskDef
 
 MANIFEST_FILE = "teachers.yaml"
@@ -30,16 +29,26 @@ CACHE_VERSION = 1
 
 
 def read_manifest(teacher_dir: Path) -> dict:
-    """The resolved spec of a teacher directory (``teachers.yaml``).
+    """The resolved spec of a teacher directory (``teachers.yaml``, written by the teacher build).
 
     Raises:
-        CheckpointError: the directory holds no teacher build.
+        CheckpointError: the directory holds no teacher build, or its ``teachers.yaml`` is damaged or is not a
+            build manifest (for example a teacher spec copied there).
     """
     path = Path(teacher_dir) / MANIFEST_FILE
-    try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError:
-        raise CheckpointError(f"{path}: no teacher build here (build one with python -m mtdnn.teachers)") from None
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no teacher build here (build one with python -m mtdnn.teachers)")
+    manifest = read_yaml(path, CheckpointError, "teacher build manifest")
+    tasks = manifest.get("tasks") if isinstance(manifest, dict) else None
+    well_formed = (isinstance(tasks, dict) and "from_run" in manifest and all(
+        isinstance(t, dict) and isinstance(t.get("members"), list) and t["members"]
+        and all(isinstance(m, dict) and isinstance(m.get("member"), int) for m in t["members"])
+        for t in tasks.values()))
+    if not well_formed:
+        raise CheckpointError(f"{path}: not a teacher build manifest (expected 'from_run' and 'tasks' mapping each "
+                              "task to its 'members', as python -m mtdnn.teachers writes it; a teacher spec is "
+                              "given to python -m mtdnn.teachers, not placed in the teacher directory)")
+    return manifest
 
 
 # ----------------------------------------------------------------------------------------------- fingerprints
@@ -128,12 +137,12 @@ def write_outputs(path: Path, ids: list[str], outputs: np.ndarray, fingerprint: 
     features = datasets.Features({"id": datasets.Value("string"),
                                   "logits": datasets.List(datasets.Value("float32"), length=outputs.shape[1])})
     ds = datasets.Dataset.from_dict({"id": ids, "logits": outputs}, features=features)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dir(path.parent)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     os.chmod(tmp, default_mode(directory=True))  # mkdtemp gives 0700
     try:
         ds.save_to_disk(str(tmp))
-        (tmp / FINGERPRINT_FILE).write_text(json.dumps(fingerprint, indent=2) + "\n", encoding="utf-8")
+        write_json_atomic(tmp / FINGERPRINT_FILE, fingerprint)
         old = path.with_name(f".{path.name}.old")
         if path.exists():
             os.replace(path, old)
@@ -147,9 +156,10 @@ def write_outputs(path: Path, ids: list[str], outputs: np.ndarray, fingerprint: 
 def read_fingerprint(path: Path) -> dict | None:
     """The cache's fingerprint, or None when the cache is absent or unreadable."""
     try:
-        return json.loads((Path(path) / FINGERPRINT_FILE).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
+        stored = read_json(Path(path) / FINGERPRINT_FILE, CheckpointError, "cache fingerprint")
+    except CheckpointError:
         return None
+    return stored if isinstance(stored, dict) else None
 
 
 def read_outputs(path: Path) -> tuple[list[str], np.ndarray, dict]:

@@ -1,7 +1,8 @@
 """Teacher specs (``teachers/*.yaml``) and the spec-file plumbing shared with the student spec (:mod:`mtdnn.distill`).
 
 Specs are pydantic models with strict types and unknown keys forbidden; :func:`load_spec` reads one with
-``yaml.safe_load`` and turns every validation problem into one line naming the file, the field and the value.
+the toolkit's YAML loader (:func:`mtdnn.fileio.read_yaml`) and turns every validation problem into one line naming
+the file, the field and the value.
 """
 
 from __future__ import annotations
@@ -9,10 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..errors import ConfigError
+from ..fileio import read_yaml
+from ..tasks.taskdef import MAX_LENGTH_RANGE
 
 
 def yaml_float(value: Any) -> Any:
@@ -26,23 +28,24 @@ def yaml_float(value: Any) -> Any:
 
 
 class Spec(BaseModel):
-    """Base of the teacher and student specs: strict types, unknown keys are errors."""
+    """Base of the teacher and student specs: strict types, unknown keys are errors, every float is finite."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
 
 
 class FinetuneSpec(Spec):
     """Training settings, passed to ``python -m mtdnn.train`` as the flags of the same names."""
 
     max_epochs: int = Field(default=3, gt=0)
-    lr: float = Field(default=5e-5, gt=0)
+    lr: float = Field(default=5e-5, gt=0, le=1)
     batch_size: int = Field(default=32, gt=0)
     eval_batch_size: int = Field(default=64, gt=0)
     weight_decay: float = Field(default=0.01, ge=0)
     warmup_ratio: float = Field(default=0.1, ge=0, lt=1)
     gradient_clip: float = Field(default=1.0, ge=0)
-    max_length: int | None = Field(default=None, gt=0)
+    max_length: int | None = Field(default=None, ge=MAX_LENGTH_RANGE[0], le=MAX_LENGTH_RANGE[1])
     limit_train_examples: int | None = Field(default=None, gt=0)
+    limit_eval_examples: int | None = Field(default=None, gt=0)
     pad_to_multiple_of: int = Field(default=1, gt=0)
 
     @field_validator("lr", "weight_decay", "warmup_ratio", "gradient_clip", mode="before")
@@ -146,12 +149,7 @@ def load_spec(path: str | Path, model: type[Spec], kind: str) -> Spec:
         ConfigError: unreadable file, invalid YAML, or an invalid field (naming the file, field and value).
     """
     path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise ConfigError(f"{path}: cannot read the {kind} spec ({err.strerror})") from None
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: not valid YAML: {err}") from None
+    raw = read_yaml(path, ConfigError, f"{kind} spec")
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: a {kind} spec is a mapping of fields (got {type(raw).__name__})")
     try:

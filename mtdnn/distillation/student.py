@@ -25,12 +25,12 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-import yaml
 from pydantic import Field, field_validator, model_validator
 from torch.utils.data import DataLoader
 
 from . import teachers
-from ..errors import ConfigError, run_cli
+from ..errors import ConfigError, HelpFormatter, run_cli
+from ..fileio import prepare_output_dir, write_atomic, write_json_atomic, write_yaml_atomic
 from ..training.lightning import MultiTaskDataModule, MultiTaskModule
 from ..modeling.losses import DISTILLATION_LOSSES
 from .soft_targets import align, read_manifest, teacher_outputs
@@ -314,7 +314,8 @@ def render_report(report: dict, title: str) -> str:
 def build_parser() -> argparse.ArgumentParser:
     from ..training.trainer import add_trainer_args
 
-    p = argparse.ArgumentParser(prog="python -m mtdnn.distill", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m mtdnn.distill", description=__doc__.split("\n\n")[0],
+                                formatter_class=HelpFormatter)
     p.add_argument("specs", nargs="+", metavar="SPEC",
                    help="[TEACHERS_SPEC] STUDENT_SPEC: with both, the teachers are built (or resumed) first")
     teachers.add_common_args(p)
@@ -390,6 +391,8 @@ def main(argv: list[str] | None = None) -> int:
     data_dir = resolve_data_dir(args.data_dir)
     for task in tasks.values():
         check_files(task, [s for s in ("train", "dev") if s in task.splits], data_dir)
+    prepare_output_dir(args.output_dir or spec.output_dir,
+                       "--output-dir" if args.output_dir else f"{student_path}: field 'output_dir'")
 
     # 2. With a teacher spec, the teachers are built (or resumed) now.
     if teacher_spec is not None:
@@ -412,12 +415,14 @@ def train_student(spec: StudentSpec, spec_path: str, tasks: dict[str, TaskDef], 
 
     from ..tasks.data import tokenized_split
     from ..modeling.model import load_encoder, load_tokenizer
-    from ..training.runs import CONFIG_FILE, prepare_run_dir, write_atomic, write_json_atomic
+    from ..training.runs import CONFIG_FILE, prepare_run_dir
     from ..training.trainer import copy_matching_heads, fit_and_export, is_global_zero
 
     cfg = spec.train
     # 1. The starting point and the soft targets, checked before the run directory is made.
     mt_run = args.from_run or spec.from_run or (manifest or {}).get("from_run")
+    if mt_run:
+        teachers.warn_if_limited(mt_run, "the student starts")
     source, heads_from = resolve_init(spec, spec_path, mt_run, teacher_dir)
     tokenizer = load_tokenizer(source)
     truncated = None
@@ -434,6 +439,7 @@ def train_student(spec: StudentSpec, spec_path: str, tasks: dict[str, TaskDef], 
                                         eval_batch_size=cfg.eval_batch_size, schedule=cfg.schedule,
                                         temperature=cfg.sampling_temperature if cfg.schedule == "temperature" else 1.0,
                                         seed=cfg.seed, limit_train_examples=cfg.limit_train_examples,
+                                        limit_eval_examples=cfg.limit_eval_examples,
                                         max_length=cfg.max_length, pad_to_multiple_of=cfg.pad_to_multiple_of,
                                         num_workers=args.num_workers)
     run_dir = Path(args.output_dir or spec.output_dir)
@@ -444,7 +450,7 @@ def train_student(spec: StudentSpec, spec_path: str, tasks: dict[str, TaskDef], 
         config = {"command": "distill", "spec": str(spec_path), "student": spec.model_dump(mode="json"),
                   "teachers": str(teacher_dir) if teacher_dir else None, "from_run": mt_run, "encoder": source,
                   "data_dir": str(data_dir), "args": vars(args), "tasks": {n: t.to_plain() for n, t in tasks.items()}}
-        write_atomic(run_dir / CONFIG_FILE, yaml.safe_dump(config, sort_keys=False))
+        write_yaml_atomic(run_dir / CONFIG_FILE, config)
         if truncated is not None:
             truncated.save_pretrained(run_dir / INIT_ENCODER_DIR)
             tokenizer.save_pretrained(run_dir / INIT_ENCODER_DIR)

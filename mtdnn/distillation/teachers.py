@@ -30,19 +30,19 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import logging
 import math
+import shutil
 import statistics
 import sys
 from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 
 from . import soft_targets
-from ..errors import CheckpointError, ConfigError, run_cli
+from ..errors import CheckpointError, ConfigError, HelpFormatter, run_cli
+from ..fileio import prepare_output_dir, read_json, read_yaml, write_atomic, write_json_atomic, write_yaml_atomic
 from .calibration import classification_summary, regression_summary, temperature_scaling
 from .soft_targets import MANIFEST_FILE, member_dir, read_manifest
 from .specs import TeacherSpec, load_spec
@@ -267,6 +267,19 @@ def multitask_export(run: str | Path, where: str) -> Path:
         raise CheckpointError(f"{where}: {err}") from None
 
 
+def warn_if_limited(run: str | Path, who: str) -> dict[str, int]:
+    """Say (a warning) when ``run`` is a limited run (``--limit-train-examples``/``--limit-eval-examples``), which a
+    teacher build or student should rarely start from; return its limits."""
+    from ..training.trainer import run_limits
+
+    limits = run_limits(run)
+    if limits:
+        shown = ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in limits.items())
+        log.warning("%s from %s, a LIMITED run (%s): its model saw part of the data; train a full run for results",
+                    who, run, shown)
+    return limits
+
+
 def pretrained_encoder(run: Path) -> str:
     """The encoder a training run started from (its ``config.yaml``), else its export's source encoder."""
     from ..training.export import EXPORT_META, resolve_export
@@ -274,11 +287,15 @@ def pretrained_encoder(run: Path) -> str:
 
     config = Path(run) / CONFIG_FILE
     if config.is_file():
-        encoder = (yaml.safe_load(config.read_text(encoding="utf-8")) or {}).get("encoder")
+        saved = read_yaml(config, CheckpointError, "run configuration")
+        encoder = saved.get("encoder") if isinstance(saved, dict) else None
         if encoder:
             return str(encoder)
-    meta = json.loads((resolve_export(run) / EXPORT_META).read_text(encoding="utf-8"))
-    return str(meta["source_encoder"])
+    meta_path = resolve_export(run) / EXPORT_META
+    meta = read_json(meta_path, CheckpointError, "export metadata")
+    if not isinstance(meta, dict) or not isinstance(meta.get("source_encoder"), str):
+        raise CheckpointError(f"{meta_path}: no 'source_encoder' (the export is damaged)")
+    return meta["source_encoder"]
 
 
 def _inference_device(accelerator: str) -> str:
@@ -301,6 +318,7 @@ def trainer_flags(args: argparse.Namespace) -> list[str]:
     """The Lightning trainer flags of ``args`` (see :func:`mtdnn.train.add_trainer_args`), to pass on."""
     names = ("accelerator", "devices", "strategy", "num_nodes", "precision", "num_workers")
     flags = [part for n in names for part in (f"--{n.replace('_', '-')}", str(getattr(args, n)))]
+    flags += ["--keep-last-checkpoint"] if getattr(args, "keep_last_checkpoint", False) else []
     return flags + (["--compile", args.compile] if getattr(args, "compile", None) else [])
 
 
@@ -343,7 +361,7 @@ def build(spec: TeacherSpec, spec_path: str, data_dir: Path, from_run: str | Non
     from ..training import trainer as train
     from ..tasks.data import check_files, tokenizer_fingerprint
     from ..modeling.model import load_tokenizer
-    from ..training.runs import read_metrics, write_atomic, write_json_atomic
+    from ..training.runs import read_metrics
 
     # 1. Validate everything before writing anything.
     tasks = teacher_tasks(spec, spec_path)
@@ -352,10 +370,12 @@ def build(spec: TeacherSpec, spec_path: str, data_dir: Path, from_run: str | Non
         raise ConfigError(f"{spec_path}: field 'from_run': no multi-task run given (set it or pass --from-run)")
     run_path = Path(run).resolve()
     mt_export = multitask_export(run_path, f"{spec_path}: field 'from_run'" if not from_run else "--from-run")
+    warn_if_limited(run_path, "the teachers start")
     encoder = pretrained_encoder(run_path)
     teacher_dir = Path(output_dir or spec.output_dir)
     if run_path.is_relative_to(teacher_dir.resolve()):
         raise ConfigError(f"{spec_path}: field 'from_run': {run} is inside the teacher directory {teacher_dir}")
+    prepare_output_dir(teacher_dir, "--teachers-dir" if output_dir else f"{spec_path}: field 'output_dir'")
     for task in tasks.values():
         check_files(task, ["train", "dev"], data_dir)
     data = {n: {s: soft_targets.data_fingerprint(t, s, data_dir)["digest"] for s in ("train", "dev")}
@@ -370,7 +390,9 @@ def build(spec: TeacherSpec, spec_path: str, data_dir: Path, from_run: str | Non
             sidecar = run_dir.with_name(f"member-{k}.json")
             retrain = False
             if read_metrics(run_dir) is not None:
-                stored = json.loads(sidecar.read_text(encoding="utf-8")) if sidecar.is_file() else {}
+                stored = read_json(sidecar, CheckpointError, "member record") if sidecar.is_file() else {}
+                if not isinstance(stored, dict):
+                    raise CheckpointError(f"{sidecar}: damaged member record (not a JSON object)")
                 # the multi-task run is compared by its export's digest, so that a moved directory still matches
                 difference = _first_difference({key: v for key, v in stored.items() if key != "from_run"},
                                                {key: v for key, v in settings.items() if key != "from_run"})
@@ -387,7 +409,7 @@ def build(spec: TeacherSpec, spec_path: str, data_dir: Path, from_run: str | Non
                 "tasks": {n: {"members": [{"member": k, "seed": s, "dropout": d}
                                           for k, (s, d) in enumerate(zip(spec.seeds, spec.dropouts), start=1)]}
                           for n in tasks}}
-    write_atomic(teacher_dir / MANIFEST_FILE, yaml.safe_dump(manifest, sort_keys=False))
+    write_yaml_atomic(teacher_dir / MANIFEST_FILE, manifest)
     device = _inference_device(accelerator)
     for task, k, seed, dropout, settings, run_dir, sidecar, retrain in plan:
         if read_metrics(run_dir) is None or retrain:
@@ -418,6 +440,9 @@ def build(spec: TeacherSpec, spec_path: str, data_dir: Path, from_run: str | Non
                                                        spec.finetune.eval_batch_size, spec.finetune.max_length, device)
             soft_targets.write_outputs(path, ids, outputs, {**wanted, "task": task.name, "split": split, "member": k,
                                                             "count": len(ids)})
+        if "--keep-last-checkpoint" not in (flags or []):
+            # a member is used through its export and cached outputs only; its checkpoints are most of its disk
+            shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
 
     # 3. Members' and ensemble's dev scores, disagreement.
     report = summarize(teacher_dir, tasks, data_dir)
@@ -434,7 +459,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = argparse.ArgumentParser(prog="python -m mtdnn.teachers",
                                 description="Fine-tune per-task teacher ensembles from a multi-task run and cache "
-                                            "their outputs (MT-DNN-KD).")
+                                            "their outputs (MT-DNN-KD).", formatter_class=HelpFormatter)
     p.add_argument("spec", help="teacher spec YAML (e.g. teachers/glue.yaml)")
     add_common_args(p)
     add_trainer_args(p)

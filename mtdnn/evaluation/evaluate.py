@@ -17,7 +17,8 @@ import logging
 import sys
 from pathlib import Path
 
-from ..errors import ConfigError, DataError, run_cli
+from ..errors import ConfigError, DataError, HelpFormatter, run_cli
+from ..fileio import prepare_output_path, write_json_atomic
 from ..training.trainer import positive_int, task_list
 
 log = logging.getLogger("mtdnn.evaluate")
@@ -25,7 +26,7 @@ log = logging.getLogger("mtdnn.evaluate")
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m mtdnn.evaluate", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                formatter_class=HelpFormatter)
     p.add_argument("model", help="a complete run directory or an export directory")
     p.add_argument("--tasks", type=task_list, default=None,
                    help="comma-separated tasks (default: every task of the model that has the split)")
@@ -76,6 +77,7 @@ def check_output_path(output: str | None) -> None:
 
     Raises:
         ConfigError: the path is an existing directory, or its parent is not an existing directory.
+        UserError: the directory cannot be written in (:func:`mtdnn.fileio.prepare_output_path`).
     """
     if output is None:
         return
@@ -84,15 +86,20 @@ def check_output_path(output: str | None) -> None:
         raise ConfigError(f"--output {output}: is a directory; give the JSON file to write, e.g. {path / 'eval.json'}")
     if not path.parent.is_dir():
         raise ConfigError(f"--output {output}: directory {path.parent} does not exist")
+    prepare_output_path(path, "--output")
 
 
-def format_table(scores: dict[str, dict[str, float]], examples: dict[str, int], split: str, average: float) -> str:
-    """A plain-text table: one row per task with its metrics, then the average of the first metrics."""
-    lines = [f"{'task':<12} {'split':<8} {'examples':>8}  metrics"]
+def format_table(scores: dict[str, dict[str, float]], examples: dict[str, int], split: str, average: float,
+                 metric_names: dict[str, list[str]]) -> str:
+    """A plain-text table: one row per task with its metrics in the task definition's order, the averaged one
+    (the task's first metric) first and marked ``*``; then the average."""
+    lines = [f"{'task':<12} {'split':<8} {'examples':>8}  metrics (* = averaged)"]
     for name, task_scores in scores.items():
-        shown = "  ".join(f"{metric} {value:.4f}" for metric, value in task_scores.items())
+        order = [m for m in metric_names[name] if m in task_scores] + [m for m in task_scores
+                                                                        if m not in metric_names[name]]
+        shown = "  ".join(f"{'*' if i == 0 else ''}{m} {task_scores[m]:.4f}" for i, m in enumerate(order))
         lines.append(f"{name:<12} {split:<8} {examples[name]:>8}  {shown}")
-    lines.append(f"average (first metric of each task): {average:.4f}")
+    lines.append(f"average of the * metrics: {average:.4f}")
     return "\n".join(lines)
 
 
@@ -102,10 +109,12 @@ def main(argv: list[str] | None = None) -> int:
 
     from ..training.inference import load_model, predict_outputs, resolve_device
     from ..modeling.metrics import attach_split, average_score, build_metrics, compute_metrics
-    from ..training.runs import write_json_atomic
 
     check_output_path(args.output)
     loaded = load_model(args.model, args.checkpoint)
+    suffix = f"-{Path(args.checkpoint).stem}" if args.checkpoint else ""
+    output = Path(args.output) if args.output else loaded.model_dir / f"eval-{args.split}{suffix}.json"
+    prepare_output_path(output, "--output")
     data_dir = loaded.resolve_data_dir(args.data_dir)
     splits = evaluation_splits(loaded, args.tasks, args.split, data_dir)
     device = resolve_device(args.device)
@@ -116,15 +125,13 @@ def main(argv: list[str] | None = None) -> int:
         task = loaded.tasks[name]
         metrics = attach_split(build_metrics(task).to(device), split)
         predict_outputs(model, task, split, pad_id, args.batch_size or loaded.eval_batch_size,
-                        loaded.pad_to_multiple_of, metrics=metrics, device=device)
+                        loaded.pad_to_multiple_of, metrics=metrics, device=device, progress=f"{name} {args.split}")
         scores[name], examples[name] = compute_metrics(metrics), len(split)
     average = average_score(scores, {n: loaded.tasks[n].metric_names for n in scores})
 
-    suffix = f"-{Path(args.checkpoint).stem}" if args.checkpoint else ""
-    output = Path(args.output) if args.output else loaded.model_dir / f"eval-{args.split}{suffix}.json"
     write_json_atomic(output, {"model": str(loaded.model_dir), "checkpoint": loaded.source, "split": args.split,
                                "data_dir": str(data_dir), "tasks": scores, "examples": examples, "average": average})
-    print(format_table(scores, examples, args.split, average))
+    print(format_table(scores, examples, args.split, average, {n: loaded.tasks[n].metric_names for n in scores}))
     print(f"written: {output}", file=sys.stderr)
     return 0
 

@@ -30,7 +30,8 @@ import sys
 from pathlib import Path
 
 from ..tasks.data import Example
-from ..errors import ConfigError, DataError, run_cli
+from ..errors import ConfigError, DataError, RawHelpFormatter, run_cli
+from ..fileio import prepare_output_path, write_atomic
 from ..tasks.taskdef import TaskDef
 from ..training.trainer import positive_int
 
@@ -39,7 +40,7 @@ log = logging.getLogger("mtdnn.predict")
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m mtdnn.predict", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                formatter_class=RawHelpFormatter,
                                 epilog=__doc__.split("\n\n", 2)[2])
     p.add_argument("model", help="a complete run directory or an export directory")
     p.add_argument("--task", default=None, help="the task to predict (default: the model's only task)")
@@ -153,10 +154,19 @@ def text_example(texts: list[str], task: TaskDef) -> list[Example]:
 # ------------------------------------------------------------------------------------------------------ output
 
 
+GLUE_SCORE_RANGE = (0.0, 5.0)
+
+
 def format_predictions(task: TaskDef, ids: list[str], predictions: list[dict], fmt: str) -> str:
-    """The output file's text: ``tsv``, ``jsonl`` or ``glue`` (see the module docstring)."""
+    """The output file's text: ``tsv``, ``jsonl`` or ``glue`` (see the module docstring).
+
+    In a GLUE submission file, regression predictions are clipped to [0, 5], the score range of STS-B (GLUE's one
+    regression task; Wang et al. 2019, arXiv 1804.07461): the benchmark expects scores in that range.
+    """
     if fmt == "glue":
-        shown = [f"{p['prediction']:.3f}" if isinstance(p["prediction"], float) else str(p["prediction"])
+        lo, hi = GLUE_SCORE_RANGE
+        shown = [f"{min(max(p['prediction'], lo), hi):.3f}" if task.type == "regression"
+                 else f"{p['prediction']:.3f}" if isinstance(p["prediction"], float) else str(p["prediction"])
                  for p in predictions]
         return "index\tprediction\n" + "".join(f"{i}\t{s}\n" for i, s in zip(ids, shown))
     rows = []
@@ -223,17 +233,19 @@ def main(argv: list[str] | None = None) -> int:
         examples = text_example(args.text, task) if args.text else read_input(args.input, args.input_format, task)
         split = tokenize_examples(examples, task, loaded.tokenizer, loaded.max_length)
 
+    path = output_path(args.output, task, split_name, fmt)
+    if path is not None:
+        prepare_output_path(path, "--output")
     device = resolve_device(args.device)
     outputs = predict_outputs(loaded.model.to(device), task, split, loaded.tokenizer.pad_token_id or 0,
-                              args.batch_size or loaded.eval_batch_size, loaded.pad_to_multiple_of, device=device)
+                              args.batch_size or loaded.eval_batch_size, loaded.pad_to_multiple_of, device=device,
+                              progress=f"{task.name} {split_name}")
     text = format_predictions(task, split.ids, decode(task, outputs), fmt)
-    return _write(text, output_path(args.output, task, split_name, fmt), len(split), fmt)
+    return _write(text, path, len(split), fmt)
 
 
 def _write(text: str, path: Path | None, count: int, fmt: str) -> int:
     """Write the predictions to ``path`` atomically, or to stdout when None."""
-    from ..training.runs import write_atomic
-
     if path is None:
         sys.stdout.write(text)
     else:

@@ -55,7 +55,10 @@ def attach_split(metrics: MetricCollection, split) -> MetricCollection:
 def update_metrics(metrics: MetricCollection, task_type: str, outputs: torch.Tensor, labels: torch.Tensor,
                    weight: torch.Tensor) -> None:
     """Add a batch to ``metrics``, leaving out weight-0 (padding) examples: the type's ``metric_inputs`` give
-    what is compared (ids, scores in float64, or an MLM task's logits and original tokens)."""
+    what is compared (ids, scores in float64, or an MLM task's logits and original tokens). A batch of padding only
+    (see :class:`~mtdnn.tasks.schedule.EvalBatchSampler`) adds nothing."""
+    if not (weight > 0).any():
+        return
     metrics.update(*TASK_TYPES[task_type].metric_inputs(outputs, labels, weight))
 
 

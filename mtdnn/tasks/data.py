@@ -27,7 +27,7 @@ from typing import Any, Sequence
 
 import torch
 
-from ..errors import ConfigError, DataError
+from ..errors import ConfigError, DataError, UserError
 from .rows import Example
 from .taskdef import SplitSpec, TaskDef
 
@@ -261,6 +261,17 @@ def _by(carve) -> str:
     return "" if carve.by == "row" else f":by:{carve.by}"
 
 
+def split_fingerprint(task: TaskDef, split: str, data_dir: Path) -> str:
+    """A digest of a split's rows as read from the data root (file bytes and carving; a hub split's rows), the
+    same wherever the data lies. ``--resume`` compares it with the interrupted run's.
+
+    Raises:
+        DataError: the split cannot be read (see :func:`load_split`).
+    """
+    digest = _source_digest(task, split, data_dir) or load_split(task, split, data_dir).digest
+    return hashlib.sha256(digest.encode()).hexdigest()[:24]
+
+
 def _read_source(task: TaskDef, split: str, data_dir: Path) -> RawSplit:
     spec = task.splits[split]
     if spec.hub is not None:
@@ -369,11 +380,42 @@ def check_files(task: TaskDef, splits: Sequence[str], data_dir: Path) -> None:
 # ----------------------------------------------------------------------------------------------- tokenization
 
 
+def check_max_length(task: TaskDef, tokenizer, max_length: int | None, source: str) -> None:
+    """Refuse a max length the tokenizer cannot truncate the task's inputs to (a fast tokenizer then returns a
+    pair whole, and a long pair overflows the position embeddings).
+
+    Args:
+        max_length: the override (``--max-length``); None checks the task's own ``max_length``.
+        source: where the value comes from, for the message (``--max-length``, a spec file and field).
+
+    Raises:
+        ConfigError: ``max_length`` leaves no room for the special tokens and one token of each text.
+    """
+    from ..errors import ConfigError
+
+    pair = len(task.text) > 1 or task.type == "ranking"
+    needed = tokenizer.num_special_tokens_to_add(pair=pair) + (2 if pair else 1)
+    value = max_length or task.max_length
+    if value < needed:
+        raise ConfigError(f"{source}: max length {value} is too short for task '{task.name}': the tokenizer needs "
+                          f"at least {needed} tokens to truncate {'a pair' if pair else 'a text'} "
+                          f"({needed - (2 if pair else 1)} special tokens and one token of each text)")
+
+
 def tokenizer_fingerprint(tokenizer) -> str:
-    """A hash of the tokenizer's full definition (vocabulary, normalisation, special tokens)."""
+    """A hash of the tokenizer's full definition (vocabulary, normalisation, special tokens).
+
+    The fast tokenizer's ``truncation`` and ``padding`` settings are left out: they are state left over from
+    its last call (a call with ``max_length=64`` leaves 64 there), not part of its definition; the max length
+    is part of the cache key by itself.
+    """
     h = hashlib.sha256(type(tokenizer).__name__.encode())
     backend = getattr(tokenizer, "backend_tokenizer", None)
-    h.update(backend.to_str().encode() if backend is not None else json.dumps(tokenizer.get_vocab(), sort_keys=True).encode())
+    if backend is not None:
+        definition = {k: v for k, v in json.loads(backend.to_str()).items() if k not in ("truncation", "padding")}
+        h.update(json.dumps(definition, sort_keys=True).encode())
+    else:
+        h.update(json.dumps(tokenizer.get_vocab(), sort_keys=True).encode())
     h.update(json.dumps(list(tokenizer.model_input_names)).encode())
     return h.hexdigest()[:16]
 
@@ -400,8 +442,13 @@ class TokenizedSplit(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self.ids)
 
-    def __getitem__(self, i: int) -> dict[str, Any]:
+    def __getitem__(self, key: int | tuple[int, float]) -> dict[str, Any]:
+        """Row ``key``, or ``(row, weight)``: the row with that example weight (0: padding, see
+        :class:`~mtdnn.tasks.schedule.EvalBatchSampler`)."""
+        i, weight = key if isinstance(key, tuple) else (key, None)
         item = {"idx": i, "input_ids": self.input_ids[i]}
+        if weight is not None:
+            item["weight"] = weight
         if self.token_type_ids is not None:
             item["token_type_ids"] = self.token_type_ids[i]
         if self.labels is not None:
@@ -465,6 +512,33 @@ def _cache_key(digest: str, task: TaskDef, split: str, tokenizer, max_length: in
     return hashlib.sha256(payload.encode()).hexdigest()[:24]
 
 
+def _write_cache(ds, path: Path) -> None:
+    """Save a tokenized split to ``path`` through a temporary directory renamed into place.
+
+    Raises:
+        UserError: the cache directory cannot be written (naming it and ``$MTDNN_CACHE_DIR``).
+    """
+    from ..fileio import default_mode, make_dir
+
+    try:
+        make_dir(path.parent)
+        tmp = Path(tempfile.mkdtemp(prefix=path.name + ".", dir=path.parent))
+    except (OSError, UserError) as err:
+        raise UserError(f"{path.parent}: cannot write the tokenized-split cache ({getattr(err, 'strerror', err)}); "
+                        f"set ${CACHE_DIR_ENV} to a writable directory") from None
+    try:
+        os.chmod(tmp, default_mode(directory=True))  # mkdtemp gives 0700
+        ds.save_to_disk(str(tmp))
+    except OSError as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise UserError(f"{path.parent}: cannot write the tokenized-split cache ({err.strerror}); "
+                        f"set ${CACHE_DIR_ENV} to a writable directory") from None
+    try:
+        os.replace(tmp, path)
+    except OSError:  # another process wrote it first
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def tokenized_split(task: TaskDef, split: str, data_dir: Path, tokenizer, max_length: int | None = None,
                     use_cache: bool = True) -> TokenizedSplit:
     """Parse (see :func:`load_split`), tokenize and cache one split; reuse the cache when nothing changed.
@@ -496,16 +570,7 @@ def tokenized_split(task: TaskDef, split: str, data_dir: Path, tokenizer, max_le
         raw = raw or load_split(task, split, data_dir)
         ds = datasets.Dataset.from_dict(_tokenize(raw, task, tokenizer, max_length))
         if use_cache:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = Path(tempfile.mkdtemp(prefix=path.name + ".", dir=path.parent))
-            from ..fileio import default_mode
-
-            os.chmod(tmp, default_mode(directory=True))  # mkdtemp gives 0700
-            ds.save_to_disk(str(tmp))
-            try:
-                os.replace(tmp, path)
-            except OSError:  # another process wrote it first
-                shutil.rmtree(tmp, ignore_errors=True)
+            _write_cache(ds, path)
     return TokenizedSplit.from_columns(task.name, split, ds.to_dict())
 
 

@@ -161,13 +161,21 @@ class EvalBatchSampler(torch.utils.data.Sampler):
     """Batches of one split for evaluation, longest first, sharded across ranks without repeats.
 
     The batches are those of one process (the length-sorted order cut every ``batch_size`` rows); rank r takes
-    batches ``r, r + W, ...``. No example is evaluated twice and none is padded in, and every batch has the
-    same rows and padded length whatever the number of ranks, so predictions are identical to one process's.
+    batches ``r, r + W, ...``. No example is evaluated twice, and every batch has the same rows and padded
+    length whatever the number of ranks, so predictions are identical to one process's.
+
+    Every rank gets the same number of batches, ``ceil(batches / W)``, so that each reaches every collective of
+    the evaluation (DDP's forward, the metrics' gather) even with more ranks than batches: a rank short of
+    batches gets padding batches of one key ``(row, 0.0)``, the shortest row with weight 0, which
+    :class:`~mtdnn.tasks.data.TokenizedSplit` marks as padding and the metrics leave out.
     """
 
     def __init__(self, lengths: Sequence[int], batch_size: int, rank: int = 0, world_size: int = 1):
         order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-        self.batches = [order[s:s + batch_size] for s in range(0, len(order), batch_size)][rank::world_size]
+        batches = [order[s:s + batch_size] for s in range(0, len(order), batch_size)]
+        self.batches: list[list] = batches[rank::world_size]
+        self.padding = -(-len(batches) // world_size) - len(self.batches) if order else 0
+        self.batches += [[(order[-1], 0.0)] for _ in range(self.padding)]
 
     def __len__(self) -> int:
         return len(self.batches)

@@ -14,7 +14,8 @@ A task definition file has one top-level key, ``tasks``, mapping task names to d
         labels: [entailment, not_entailment]   # order = class id; integer labels map to this order
         metrics: [accuracy]             # the first metric is the one averaged for model selection
 
-Loading uses ``yaml.safe_load``; unknown keys and wrong types are errors that quote the file, task, field and
+Loading uses :func:`mtdnn.fileio.read_yaml` (safe; a repeated key, an anchor or an alias is refused with its
+line); unknown keys and wrong types are errors that quote the file, task, field and
 offending value (:class:`mtdnn.errors.ConfigError`). Only the selected tasks' *files* are checked later, by
 :mod:`mtdnn.tasks.data`; every task's *definition* is validated here.
 """
@@ -24,15 +25,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..errors import ConfigError
+from ..fileio import read_yaml
 from .types import TASK_TYPES, TaskType
 
 
+MAX_LENGTH_RANGE = (8, 4096)
+"""The valid range of a max sequence length, in a task definition, a spec and ``--max-length``: room for a pair's
+special tokens and some of each text (a fast tokenizer returns a pair whole when it cannot truncate it)."""
+
+
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
 
 
 class HubSource(_Strict):
@@ -207,7 +213,7 @@ class TaskDef(_Strict):
     head: HeadSpec = HeadSpec()
     masking: MaskingSpec | None = None
     qa: QASpec | None = None
-    max_length: int = Field(default=128, ge=8, le=4096)
+    max_length: int = Field(default=128, ge=MAX_LENGTH_RANGE[0], le=MAX_LENGTH_RANGE[1])
     sampling_weight: float = Field(default=1.0, gt=0.0)
     loss_weight: float = Field(default=1.0, ge=0.0)
     on_malformed: Literal["error", "skip"] = "error"
@@ -329,7 +335,7 @@ def parse_tasks(raw: object, source: str) -> dict[str, TaskDef]:
     """Validate a parsed task-definition document into ``{name: TaskDef}``.
 
     Args:
-        raw: the result of ``yaml.safe_load`` (or an equivalent dict) with a ``tasks`` mapping.
+        raw: the result of :func:`mtdnn.fileio.read_yaml` (or an equivalent dict) with a ``tasks`` mapping.
         source: the file name used in error messages.
 
     Raises:
@@ -354,21 +360,14 @@ def parse_tasks(raw: object, source: str) -> dict[str, TaskDef]:
 
 
 def load_task_defs(path: str | Path) -> dict[str, TaskDef]:
-    """Read and validate a task-definition YAML file (``yaml.safe_load``).
+    """Read and validate a task-definition YAML file (the toolkit's loader, :func:`mtdnn.fileio.read_yaml`).
 
     Raises:
-        ConfigError: the file is missing, is not valid YAML, or a task is invalid.
+        ConfigError: the file is missing, is not valid YAML (a repeated key, an anchor or alias), or a task is
+            invalid.
     """
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as err:
-        raise ConfigError(f"{path}: cannot read task definitions ({err.strerror})") from None
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: not valid YAML: {err}") from None
-    return parse_tasks(raw, str(path))
+    return parse_tasks(read_yaml(path, ConfigError, "task definitions"), str(path))
 
 
 def select_tasks(tasks: dict[str, TaskDef], names: list[str] | None, source: str) -> dict[str, TaskDef]:

@@ -19,16 +19,16 @@ The export is written to a temporary directory beside the target and renamed int
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
 from pathlib import Path
 
-import yaml
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
-from ..errors import CheckpointError
+from ..errors import CheckpointError, ConfigError, UserError
+from ..fileio import (default_mode, make_dir, read_safetensors, read_yaml, write_json_atomic,
+                      write_yaml_atomic)
 from ..modeling.model import MultiTaskModel, load_encoder, load_tokenizer
 from ..tasks.taskdef import TaskDef, parse_tasks
 from .hf_export import write_hf_models
@@ -50,10 +50,8 @@ def export_model(model: MultiTaskModel, tokenizer, tasks: dict[str, TaskDef], ou
     names the others in ``mtdnn_export.json``'s ``toolkit_only`` with the reason.
     """
     out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    make_dir(out_dir.parent)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
-    from .runs import default_mode
-
     os.chmod(tmp, default_mode(directory=True))
     try:
         model.encoder.save_pretrained(tmp / "encoder")
@@ -61,14 +59,19 @@ def export_model(model: MultiTaskModel, tokenizer, tasks: dict[str, TaskDef], ou
         heads = {f"{k}": v.detach().float().cpu().contiguous() for k, v in model.heads.state_dict().items()}
         save_file(heads, str(tmp / "heads.safetensors"))
         doc = {"tasks": {name: {k: v for k, v in t.to_plain().items() if k != "name"} for name, t in tasks.items()}}
-        (tmp / "tasks.yaml").write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+        write_yaml_atomic(tmp / "tasks.yaml", doc)
         folders, toolkit_only = write_hf_models(model, tokenizer, tasks, tmp)
         meta = {"format": FORMAT_VERSION, "tasks": list(tasks), "source_encoder": source_encoder,
                 "huggingface": folders, "toolkit_only": toolkit_only}
-        (tmp / EXPORT_META).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+        write_json_atomic(tmp / EXPORT_META, meta)
+        for written in tmp.rglob("*"):  # safetensors writes 0600; give what a plain open() would (the umask's)
+            os.chmod(written, default_mode(directory=written.is_dir()))
         if out_dir.exists():
             shutil.rmtree(out_dir)
         os.replace(tmp, out_dir)
+    except OSError as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise UserError(f"{out_dir}: cannot write the export ({err.strerror})") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -76,9 +79,17 @@ def export_model(model: MultiTaskModel, tokenizer, tasks: dict[str, TaskDef], ou
 
 
 def load_export_tasks(export_dir: str | Path) -> dict[str, TaskDef]:
-    """The task definitions stored in an export."""
+    """The task definitions stored in an export.
+
+    Raises:
+        CheckpointError: ``tasks.yaml`` is missing, damaged or invalid.
+    """
     path = Path(export_dir) / "tasks.yaml"
-    return parse_tasks(yaml.safe_load(path.read_text(encoding="utf-8")), str(path))
+    raw = read_yaml(path, CheckpointError, "export's task definitions")
+    try:
+        return parse_tasks(raw, str(path))
+    except ConfigError as err:
+        raise CheckpointError(str(err)) from None
 
 
 def load_export(export_dir: str | Path, trust_remote_code: bool = False) -> tuple[MultiTaskModel, object, dict[str, TaskDef]]:
@@ -90,18 +101,15 @@ def load_export(export_dir: str | Path, trust_remote_code: bool = False) -> tupl
     export_dir = Path(export_dir)
     if not is_export_dir(export_dir):
         raise CheckpointError(f"{export_dir}: not an mtdnn export (no {EXPORT_META})")
-    try:
-        tasks = load_export_tasks(export_dir)
-    except (OSError, yaml.YAMLError) as err:
-        raise CheckpointError(f"{export_dir}/tasks.yaml: missing or not valid YAML ({err})") from None
+    tasks = load_export_tasks(export_dir)
     encoder = load_encoder(str(export_dir / "encoder"), trust_remote_code=trust_remote_code)
     tokenizer = load_tokenizer(str(export_dir / "encoder"), trust_remote_code=trust_remote_code)
     model = MultiTaskModel(encoder, tasks)
+    heads = read_safetensors(export_dir / "heads.safetensors")
     try:
-        model.heads.load_state_dict(load_file(str(export_dir / "heads.safetensors")))
-    except (OSError, RuntimeError, ValueError) as err:
-        raise CheckpointError(f"{export_dir}/heads.safetensors: missing, damaged or not matching tasks.yaml "
-                              f"({err})") from None
+        model.heads.load_state_dict(heads)
+    except RuntimeError as err:
+        raise CheckpointError(f"{export_dir}/heads.safetensors: does not match tasks.yaml ({err})") from None
     model.eval()
     return model, tokenizer, tasks
 

@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 
 from ..tasks.data import TokenizedSplit, collate, resolve_data_dir
 from ..errors import CheckpointError, ConfigError
+from ..fileio import read_yaml
 from .export import is_export_dir, load_export
 from ..modeling.metrics import update_metrics
 from ..modeling.model import MultiTaskModel, load_encoder, load_tokenizer
@@ -72,10 +72,7 @@ class LoadedModel:
 
 def _read_config(run_dir: Path) -> dict:
     path = run_dir / CONFIG_FILE
-    try:
-        config = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as err:
-        raise CheckpointError(f"{path}: cannot read the run's configuration ({err})") from None
+    config = read_yaml(path, CheckpointError, "run configuration")
     if not isinstance(config, dict):
         raise CheckpointError(f"{path}: not a run configuration (expected a mapping)")
     return config
@@ -92,7 +89,15 @@ def _checkpoint_path(run_dir: Path, checkpoint: str | None, metrics: dict) -> Pa
 def _load_run(run_dir: Path, checkpoint: str | None) -> LoadedModel:
     metrics = complete_run(run_dir)
     config = _read_config(run_dir)
+    args = config.get("args") or {}
     path = _checkpoint_path(run_dir, checkpoint, metrics)
+    if checkpoint is None and not path.is_file() and is_export_dir(run_dir / EXPORT_DIR):
+        # a teacher member keeps its export only (its checkpoints are removed to save disk): the same weights
+        model, tokenizer, tasks = load_export(run_dir / EXPORT_DIR)
+        return LoadedModel(model, tokenizer, tasks, run_dir, str(run_dir / EXPORT_DIR),
+                           eval_batch_size=int(args.get("eval_batch_size") or DEFAULT_BATCH_SIZE),
+                           max_length=args.get("max_length"),
+                           pad_to_multiple_of=int(args.get("pad_to_multiple_of") or 1), data_dir=config.get("data_dir"))
     state = load_checkpoint_file(path)
     hparams, weights = state.get("hyper_parameters"), state.get("state_dict")
     if not isinstance(hparams, dict) or not isinstance(hparams.get("tasks"), dict) or not isinstance(weights, dict):
@@ -108,7 +113,6 @@ def _load_run(run_dir: Path, checkpoint: str | None) -> LoadedModel:
         model.load_state_dict({k.removeprefix("model."): v for k, v in weights.items() if k.startswith("model.")})
     except RuntimeError as err:
         raise CheckpointError(f"{path}: its weights do not fit the run's model ({err})") from None
-    args = config.get("args") or {}
     return LoadedModel(model.eval(), load_tokenizer(encoder_name, trust), tasks, run_dir, str(path),
                        eval_batch_size=int(args.get("eval_batch_size") or DEFAULT_BATCH_SIZE),
                        max_length=args.get("max_length"), pad_to_multiple_of=int(args.get("pad_to_multiple_of") or 1),
@@ -143,7 +147,7 @@ def load_model(path: str | Path, checkpoint: str | None = None) -> LoadedModel:
 @torch.inference_mode()
 def predict_outputs(model: MultiTaskModel, task: TaskDef, split: TokenizedSplit, pad_token_id: int,
                     batch_size: int = DEFAULT_BATCH_SIZE, pad_to_multiple_of: int = 1, metrics=None,
-                    device: str | torch.device = "cpu") -> torch.Tensor:
+                    device: str | torch.device = "cpu", progress: str | None = None) -> torch.Tensor:
     """The head's outputs for every row of ``split``, in the split's order, float32 on CPU.
 
     Rows are batched longest first (:class:`~mtdnn.tasks.schedule.EvalBatchSampler`) and dynamically padded.
@@ -151,9 +155,19 @@ def predict_outputs(model: MultiTaskModel, task: TaskDef, split: TokenizedSplit,
     ``(n, num_candidates)`` (ranking), or per-piece outputs ``(n, seq_len, k)`` of the token-level types, padded
     to the longest row with -1e4 (below any real logit). When ``metrics`` (a torchmetrics collection on ``device``) is given and
     the split is labelled, every batch is added to it in batch order, as training's validation does.
+    With ``progress`` (a label such as ``"rte dev"``), a line says what is scored and, on a terminal, a progress
+    bar counts the batches (on stderr).
     """
+    batches = EvalBatchSampler(split.lengths, batch_size)
+    if progress:
+        import sys
+
+        from tqdm.auto import tqdm
+
+        print(f"{progress}: {len(split)} examples in {len(batches)} batches on {device}", file=sys.stderr, flush=True)
+        batches = tqdm(batches, desc=progress, unit="batch", file=sys.stderr, disable=None, leave=False)
     orders, outputs = [], []
-    for rows in EvalBatchSampler(split.lengths, batch_size):
+    for rows in batches:
         batch = collate([split[i] for i in rows], task, pad_token_id, pad_to_multiple_of)
         types = batch.get("token_type_ids")
         extra = {"head_inputs": {k: v.to(device) for k, v in batch["head_inputs"].items()}} if "head_inputs" in batch else {}

@@ -140,6 +140,7 @@ class MultiTaskDataModule(pl.LightningDataModule):
         eval_batch_size: per-rank dev batch.
         schedule, temperature, seed: see :class:`~mtdnn.tasks.schedule.MultiTaskBatchSampler`.
         limit_train_examples: keep the first N rows of each task's train split (None: all).
+        limit_eval_examples: keep the first N rows of each task's dev split (None: all).
         max_length: overrides every task's ``max_length`` when given.
         pad_to_multiple_of: pad sequence length to a multiple (8 suits tensor cores).
         length_buckets: pad each batch to the shortest of these ascending lengths that holds it (a bounded set
@@ -149,8 +150,10 @@ class MultiTaskDataModule(pl.LightningDataModule):
     def __init__(self, tasks: dict[str, TaskDef], data_dir: Path, tokenizer, batch_size: int = 32,
                  eval_batch_size: int = 64, schedule: str = "proportional", temperature: float = 1.0,
                  seed: int = 0, limit_train_examples: int | None = None, max_length: int | None = None,
-                 pad_to_multiple_of: int = 1, num_workers: int = 0, length_buckets: list[int] | None = None):
+                 pad_to_multiple_of: int = 1, num_workers: int = 0, length_buckets: list[int] | None = None,
+                 limit_eval_examples: int | None = None):
         super().__init__()
+        self.limit_eval_examples = limit_eval_examples
         self.tasks, self.data_dir, self.tokenizer = tasks, data_dir, tokenizer
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
         self.schedule, self.temperature, self.seed = schedule, temperature, seed
@@ -161,7 +164,8 @@ class MultiTaskDataModule(pl.LightningDataModule):
         self.train_sets: list[TokenizedSplit] = []
         self.dev_sets: dict[str, TokenizedSplit] = {}
         self.train_sampler: MultiTaskBatchSampler | None = None
-        # With more ranks than dev batches some ranks evaluate nothing; torchmetrics still reduces correctly.
+        # Every rank gets the same number of dev batches per task (EvalBatchSampler pads with weight-0 batches),
+        # so none skips the evaluation's collectives; an empty loader is still allowed, as Lightning's check asks.
         self.allow_zero_length_dataloader_with_multiple_devices = True
 
     @property
@@ -187,6 +191,8 @@ class MultiTaskDataModule(pl.LightningDataModule):
                 split = split.head(self.limit_train_examples)
             self.train_sets.append(split)
         self.dev_sets = {name: self._split(self.tasks[name], "dev") for name in self.dev_tasks}
+        if self.limit_eval_examples:
+            self.dev_sets = {name: split.head(self.limit_eval_examples) for name, split in self.dev_sets.items()}
         rank, world = (self.trainer.global_rank, self.trainer.world_size) if self.trainer else (0, 1)
         sizes = [TaskSize(s.lengths, t.sampling_weight) for s, t in zip(self.train_sets, self.tasks.values())]
         self.train_sampler = MultiTaskBatchSampler(sizes, self.batch_size, self.schedule, self.temperature,

@@ -14,18 +14,18 @@ A run is complete exactly when ``metrics.json`` exists with ``"status": "complet
 
 from __future__ import annotations
 
-import json
+import math
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 
-from ..errors import CheckpointError
-from ..fileio import default_mode, write_atomic, write_json_atomic  # noqa: F401 (re-exported)
+from ..errors import CheckpointError, UserError
+from ..fileio import (default_mode, make_dir, prepare_output_dir, read_checkpoint, read_json,  # noqa: F401
+                      write_atomic, write_json_atomic)
 
 METRICS_FILE = "metrics.json"
 CONFIG_FILE = "config.yaml"
@@ -40,8 +40,8 @@ def read_metrics(run_dir: str | Path) -> dict | None:
     if not path.is_file():
         return None
     try:
-        metrics = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, OSError):
+        metrics = read_json(path, CheckpointError, "run metrics")
+    except CheckpointError:  # a damaged metrics.json: the run is not complete
         return None
     complete = isinstance(metrics, dict) and metrics.get("status") == "complete" and isinstance(metrics.get("best"), dict)
     return metrics if complete else None
@@ -60,13 +60,14 @@ def prepare_run_dir(run_dir: str | Path, overwrite: bool, resume: bool = False) 
     if read_metrics(run_dir) is not None and not overwrite:
         raise CheckpointError(f"{run_dir}: holds a complete run (metrics.json); pass --overwrite to replace it "
                               "or choose another --output-dir")
+    prepare_output_dir(run_dir, "--output-dir")
     if run_dir.exists() and (overwrite or not resume):
-        if not run_dir.is_dir():
-            raise CheckpointError(f"{run_dir}: exists and is not a directory")
-        for child in run_dir.iterdir():
-            shutil.rmtree(child) if child.is_dir() else child.unlink()
-    run_dir.mkdir(parents=True, exist_ok=True)
-    return run_dir
+        try:
+            for child in run_dir.iterdir():
+                shutil.rmtree(child) if child.is_dir() else child.unlink()
+        except OSError as err:
+            raise UserError(f"{run_dir}: cannot empty the run directory ({err.strerror}: {err.filename})") from None
+    return make_dir(run_dir)
 
 
 def complete_run(run_dir: str | Path) -> dict:
@@ -85,19 +86,48 @@ def complete_run(run_dir: str | Path) -> dict:
     return metrics
 
 
+def check_finite_run(state_dict: dict, history: list[dict], source: str | Path) -> None:
+    """The last guard before a run is written as complete: its best weights and every dev score are finite.
+
+    Training stops earlier on a non-finite loss or gradient norm (the device-side flag of the training step); this
+    check makes sure no path writes a diverged run's ``metrics.json`` with ``status: complete``.
+
+    Raises:
+        CheckpointError: naming ``source`` and how many tensors or scores are non-finite.
+    """
+    bad = [k for k, v in state_dict.items()
+           if torch.is_tensor(v) and v.is_floating_point() and not torch.isfinite(v).all()]
+    if bad:
+        raise CheckpointError(f"{source}: training diverged: {len(bad)} of {len(state_dict)} weight tensors hold "
+                              f"NaN or inf (e.g. {bad[0]}); the run is not complete (no metrics.json). Lower --lr or "
+                              "set --gradient-clip, and start again")
+    scores = [(h.get("epoch"), h.get("average")) for h in history]
+    bad_scores = [e for e, a in scores if not isinstance(a, (int, float)) or not math.isfinite(a)]
+    if bad_scores:
+        raise CheckpointError(f"{source}: training diverged: the dev average of epoch(s) {bad_scores} is not a finite "
+                              "number; the run is not complete (no metrics.json)")
+
+
+def config_differences(saved: Any, current: Any, prefix: str = "") -> list[tuple[str, Any, Any]]:
+    """Every field where two configurations differ, as ``(dotted key, saved value, current value)``.
+
+    Mappings are compared key by key (a key missing on one side differs, as None); other values by equality.
+    """
+    if isinstance(saved, dict) and isinstance(current, dict):
+        found = []
+        for key in list(saved) + [k for k in current if k not in saved]:
+            found += config_differences(saved.get(key), current.get(key), f"{prefix}{key}.")
+        return found
+    return [] if saved == current else [(prefix.rstrip("."), saved, current)]
+
+
 def load_checkpoint_file(path: str | Path) -> dict:
-    """``torch.load(path, weights_only=True)`` on CPU.
+    """``torch.load(path, weights_only=True)`` on CPU (:func:`mtdnn.fileio.read_checkpoint`).
 
     Raises:
         CheckpointError: missing, truncated or not a checkpoint (a damaged file names itself as such).
     """
-    path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"{path}: checkpoint not found")
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # zip and unpickling errors have many types
-        raise CheckpointError(f"{path}: cannot read the checkpoint, it is truncated or damaged ({err})") from None
+    return read_checkpoint(path)
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -108,10 +138,14 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Any | None = None) -> None:
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_dir(path.parent)
         tmp = path.with_name(f".{path.name}.tmp")
-        with open(tmp, "wb") as f:
-            torch.save(checkpoint, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        try:
+            with open(tmp, "wb") as f:
+                torch.save(checkpoint, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except OSError as err:  # disk full, permissions: the previous checkpoint stays
+            tmp.unlink(missing_ok=True)
+            raise UserError(f"{path}: cannot save the checkpoint ({err.strerror}); the previous one is kept") from None

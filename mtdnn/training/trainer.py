@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import signal
 import sys
@@ -20,9 +21,9 @@ import warnings
 from collections import Counter
 from pathlib import Path
 
-import yaml
-
-from ..errors import ConfigError, run_cli
+from ..errors import CheckpointError, ConfigError, HelpFormatter, run_cli
+from ..fileio import (append_lines, prepare_output_dir, read_json, read_safetensors, read_yaml, write_json_atomic,
+                      write_yaml_atomic)
 from ..tasks.taskdef import TaskDef, load_task_defs, select_tasks
 
 log = logging.getLogger("mtdnn.train")
@@ -35,10 +36,43 @@ def positive_int(text: str) -> int:
     return value
 
 
-def positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be positive (got {text})")
+def float_in(low: float, high: float = math.inf, low_open: bool = False, high_open: bool = True):
+    """A flag type: a finite float in the interval from ``low`` to ``high`` (open or closed at each end).
+
+    ``inf``, ``nan`` and values outside the interval are refused by argparse (exit code 2, naming the flag).
+    """
+    upper = "inf" if high == math.inf else f"{high:g}"
+    shown = f"{'(' if low_open else '['}{low:g}, {upper}{')' if high_open else ']'}"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number (got {text!r})") from None
+        inside = (value > low if low_open else value >= low) and (value < high if high_open else value <= high)
+        if not math.isfinite(value) or not inside:
+            raise argparse.ArgumentTypeError(f"must be a finite number in {shown} (got {text})")
+        return value
+
+    parse.__name__ = f"float in {shown}"
+    return parse
+
+
+positive_float = float_in(0, low_open=True)
+
+
+def max_length_int(text: str) -> int:
+    """A flag type for ``--max-length``: the range a task definition's ``max_length`` allows."""
+    from ..tasks.taskdef import MAX_LENGTH_RANGE
+
+    low, high = MAX_LENGTH_RANGE
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer (got {text!r})") from None
+    if not low <= value <= high:
+        raise argparse.ArgumentTypeError(f"must be in [{low}, {high}], as a task's max_length (got {text}); "
+                                         "a pair needs room for its special tokens and some of each text")
     return value
 
 
@@ -61,6 +95,9 @@ def add_trainer_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--precision", default="32-true",
                    help="32-true (default), bf16-mixed or 16-mixed (GPU), bf16-true")
     g.add_argument("--num-workers", type=int, default=0, help="DataLoader worker processes")
+    g.add_argument("--keep-last-checkpoint", action="store_true",
+                   help="keep checkpoints/last.ckpt (weights and optimizer state, for --resume) when the run "
+                        "completes; by default it is removed, and best.ckpt holds the weights only")
     g.add_argument("--compile", nargs="?", const="inductor", default=None, metavar="BACKEND",
                    help="torch.compile the encoder, in place so checkpoints keep their parameter names "
                         "(backend default: inductor)")
@@ -68,7 +105,7 @@ def add_trainer_args(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m mtdnn.train", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                formatter_class=HelpFormatter)
     p.add_argument("task_defs", help="task-definition YAML (e.g. task_defs/glue.yaml)")
     p.add_argument("--tasks", type=task_list, default=None,
                    help="comma-separated tasks to train (default: every task with a train split)")
@@ -89,11 +126,13 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-epochs", type=positive_int, default=3, help="training epochs")
     g.add_argument("--batch-size", type=positive_int, default=32, help="global batch size (all ranks together)")
     g.add_argument("--eval-batch-size", type=positive_int, default=64, help="dev batch size per rank")
-    g.add_argument("--lr", type=positive_float, default=5e-5, help="peak learning rate (AdamW)")
-    g.add_argument("--weight-decay", type=float, default=0.01, help="AdamW weight decay (not on biases, LayerNorm)")
-    g.add_argument("--warmup-ratio", type=float, default=0.1, help="fraction of steps with linear warm-up")
-    g.add_argument("--gradient-clip", type=float, default=1.0, help="max gradient norm (0: none)")
-    g.add_argument("--max-length", type=positive_int, default=None,
+    g.add_argument("--lr", type=float_in(0, 1, low_open=True, high_open=False), default=5e-5,
+                   help="peak learning rate (AdamW), in (0, 1]")
+    g.add_argument("--weight-decay", type=float_in(0), default=0.01,
+                   help="AdamW weight decay (not on biases, LayerNorm)")
+    g.add_argument("--warmup-ratio", type=float_in(0, 1), default=0.1, help="fraction of steps with linear warm-up")
+    g.add_argument("--gradient-clip", type=float_in(0), default=1.0, help="max gradient norm (0: none)")
+    g.add_argument("--max-length", type=max_length_int, default=None,
                    help="override every task's max sequence length (default: each task's, 128 in glue.yaml)")
     g.add_argument("--schedule", choices=["proportional", "temperature", "uniform"], default="proportional",
                    help="task schedule: proportional = MT-DNN Algorithm 1")
@@ -102,8 +141,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=42, help="seed of initialisation, dropout and the schedule")
     g.add_argument("--limit-train-examples", type=positive_int, default=None, metavar="N",
                    help="use the first N rows of each task's train split")
+    g.add_argument("--limit-eval-examples", type=positive_int, default=None, metavar="N",
+                   help="score the first N rows of each task's dev split (a quick run; its default run directory "
+                        "is marked -limited)")
     g.add_argument("--pad-to-multiple-of", type=positive_int, default=1, help="pad lengths to a multiple (8 on GPU)")
-    g.add_argument("--dropout", type=float, default=None,
+    g.add_argument("--dropout", type=float_in(0, 1), default=None,
                    help="override every dropout probability, encoder and heads (default: the encoder's and tasks')")
     p.add_argument("--trust-remote-code", action="store_true",
                    help="allow encoders with custom code from the hub (off by default)")
@@ -132,9 +174,30 @@ def add_speed_args(parser: argparse.ArgumentParser) -> None:
                    help="attention kernels: efficient = flash/memory-efficient, never cuDNN (no plan per shape)")
 
 
-def default_output_dir(task_defs: str, tasks: list[str], seed: int) -> Path:
-    """``runs/<yaml stem>-<task>-<task>...-seed<seed>``: a pure function of the flags (DDP ranks agree)."""
-    return Path("runs") / f"{Path(task_defs).stem}-{'-'.join(tasks)}-seed{seed}"
+def default_output_dir(task_defs: str, tasks: list[str], seed: int, limit_train_examples: int | None = None,
+                       limit_eval_examples: int | None = None) -> Path:
+    """``runs/<yaml stem>-<task>-<task>...-seed<seed>``: a pure function of the flags (DDP ranks agree).
+
+    A limited run (``--limit-train-examples``/``--limit-eval-examples``) gets its own directory, suffixed
+    ``-limited-train<N>-dev<M>``, so that it never takes the place of a full run that teachers build from.
+    """
+    limits = "".join(f"-{what}{n}" for what, n in (("train", limit_train_examples), ("dev", limit_eval_examples)) if n)
+    return Path("runs") / f"{Path(task_defs).stem}-{'-'.join(tasks)}-seed{seed}{'-limited' + limits if limits else ''}"
+
+
+def run_limits(run: str | Path) -> dict[str, int]:
+    """The ``--limit-*-examples`` a training run was made with (its ``config.yaml``); empty for a full run or when
+    the run has no configuration (an export directory)."""
+    from .runs import CONFIG_FILE
+
+    path = Path(run) / CONFIG_FILE
+    if not path.is_file():
+        return {}
+    config = read_yaml(path, CheckpointError, "run configuration")
+    args = config.get("args") if isinstance(config, dict) else None
+    if not isinstance(args, dict):
+        return {}
+    return {k: args[k] for k in ("limit_train_examples", "limit_eval_examples") if args.get(k)}
 
 
 def check_trainer_flags(flags: argparse.Namespace) -> None:
@@ -238,12 +301,10 @@ def metrics_summary(history: list[dict], best_checkpoint: Path, run_dir: Path) -
 
 def copy_matching_heads(model, export_dir: Path, tasks: dict[str, TaskDef]) -> list[str]:
     """Load the heads of ``export_dir`` whose task name, type and output size match; return their names."""
-    from safetensors.torch import load_file
-
     from .export import load_export_tasks
 
     saved_tasks = load_export_tasks(export_dir)
-    state = load_file(str(export_dir / "heads.safetensors"))
+    state = read_safetensors(export_dir / "heads.safetensors")
     copied = []
     for name, task in tasks.items():
         old = saved_tasks.get(name)
@@ -293,10 +354,8 @@ def engineering_callbacks(last_checkpoint: Path, every_n_steps: int | None = Non
                               "rows": real})
 
         def on_train_end(self, trainer, pl_module):
-            self.directory.mkdir(parents=True, exist_ok=True)
-            path = self.directory / f"trace-rank{trainer.global_rank}.jsonl"
-            with path.open("a", encoding="utf-8") as f:
-                f.writelines(json.dumps(r) + "\n" for r in self.rows)
+            append_lines(self.directory / f"trace-rank{trainer.global_rank}.jsonl",
+                         [json.dumps(r) + "\n" for r in self.rows])
 
     callbacks: list = [SaveLastCheckpoint()]
     if os.environ.get(TRACE_ENV):
@@ -304,20 +363,28 @@ def engineering_callbacks(last_checkpoint: Path, every_n_steps: int | None = Non
     return callbacks
 
 
-RESUME_MUST_MATCH = ("task_defs", "tasks", "encoder", "init_from", "max_epochs", "batch_size", "lr", "weight_decay",
-                     "warmup_ratio", "max_length", "schedule", "temperature", "seed", "limit_train_examples",
-                     "dropout")
+RESUME_MAY_DIFFER = frozenset({
+    "args.resume", "args.overwrite", "args.output_dir", "args.checkpoint_every_n_steps", "args.num_workers",
+    "args.accelerator", "args.compile", "args.keep_last_checkpoint",
+    # where the data and task definitions lie may change; their content is compared (data_fingerprint, tasks)
+    "args.data_dir", "data_dir", "args.task_defs",
+})
+"""Settings of ``config.yaml`` that do not change what is trained; every other one must match on ``--resume``."""
 
 
-def check_resumable(run_dir: Path, args: argparse.Namespace) -> Path:
-    """The checkpoint to resume from, after checking that the run is incomplete and its flags match.
+def check_resumable(run_dir: Path, config: dict) -> Path:
+    """The checkpoint to resume from, after checking that the run is incomplete and that its ``config.yaml``
+    matches ``config`` (the one this command would write) in every setting that changes training.
+
+    Every field is compared, whatever ``config.yaml`` holds (flags, task definitions, encoder, the data's
+    fingerprint), except :data:`RESUME_MAY_DIFFER`; all differences are named at once.
 
     Raises:
-        CheckpointError: no such run, the run is complete, no last.ckpt, or the checkpoint is truncated.
-        ConfigError: a training flag differs from the interrupted run's ``config.yaml``.
+        CheckpointError: no such run, the run is complete, no last.ckpt, or the checkpoint or configuration is
+            damaged.
+        ConfigError: a setting or the data differs from the interrupted run's.
     """
-    from ..errors import CheckpointError
-    from .runs import CHECKPOINT_DIR, CONFIG_FILE, load_checkpoint_file, read_metrics
+    from .runs import CHECKPOINT_DIR, CONFIG_FILE, config_differences, load_checkpoint_file, read_metrics
 
     if read_metrics(run_dir) is not None:
         raise CheckpointError(f"{run_dir}: the run is complete; nothing to resume")
@@ -326,12 +393,22 @@ def check_resumable(run_dir: Path, args: argparse.Namespace) -> Path:
     if not last.is_file() or not config_path.is_file():
         raise CheckpointError(f"{run_dir}: no interrupted run to resume (need {CONFIG_FILE} and {last.name})")
     load_checkpoint_file(last)  # a truncated or damaged checkpoint is reported here, before anything starts
-    saved = yaml.safe_load(config_path.read_text(encoding="utf-8"))["args"]
-    for key in RESUME_MUST_MATCH:
-        if saved.get(key) != getattr(args, key):
-            raise ConfigError(f"--resume: --{key.replace('_', '-')} is {getattr(args, key)!r} but the interrupted "
-                              f"run used {saved.get(key)!r} ({config_path})")
+    saved = read_yaml(config_path, CheckpointError, "run configuration")
+    if not isinstance(saved, dict) or saved.get("command") != config.get("command"):
+        raise CheckpointError(f"{config_path}: not the configuration of a '{config.get('command')}' run")
+    differences = [d for d in config_differences(saved, config) if d[0] not in RESUME_MAY_DIFFER]
+    if differences:
+        shown = "; ".join(f"{_setting_name(key)}: now {now!r}, the interrupted run used {was!r}"
+                          for key, was, now in differences[:8])
+        more = f" (and {len(differences) - 8} more)" if len(differences) > 8 else ""
+        raise ConfigError(f"--resume: {config_path}: the interrupted run was trained with other settings: "
+                          f"{shown}{more}. Resume with the same flags and data, or start a new run")
     return last
+
+
+def _setting_name(key: str) -> str:
+    """``args.lr`` -> ``--lr``; other keys of config.yaml as they are (``data_fingerprint.rte.train``)."""
+    return "--" + key[len("args."):].replace("_", "-") if key.startswith("args.") else key
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -342,11 +419,11 @@ def main(argv: list[str] | None = None) -> int:
 
     import pytorch_lightning as pl
 
-    from ..tasks.data import check_files, resolve_data_dir
+    from ..tasks.data import check_files, check_max_length, resolve_data_dir, split_fingerprint
     from .export import resolve_export
     from .lightning import MultiTaskDataModule, MultiTaskModule
     from ..modeling.model import load_tokenizer
-    from .runs import CONFIG_FILE, prepare_run_dir, write_atomic
+    from .runs import CONFIG_FILE, prepare_run_dir
     from .speed import check_speed_flags, compile_encoder, set_sdpa_backend
 
     # 1. Validate everything that can be wrong before creating anything.
@@ -376,6 +453,9 @@ def main(argv: list[str] | None = None) -> int:
     check_speed_flags(buckets=args.length_buckets, compile_backend=args.compile, cuda_graphs=args.cuda_graphs,
                       accelerator=args.accelerator, longest=args.max_length or max(t.max_length for t in tasks.values()),
                       pad_to_multiple_of=args.pad_to_multiple_of)
+    run_dir = Path(args.output_dir) if args.output_dir else default_output_dir(
+        args.task_defs, list(tasks), args.seed, args.limit_train_examples, args.limit_eval_examples)
+    prepare_output_dir(run_dir, "--output-dir")
     data_dir = resolve_data_dir(args.data_dir)
     for task in tasks.values():
         check_files(task, [s for s in ("train", "dev") if s in task.splits], data_dir)
@@ -388,6 +468,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.encoder != "packaged-minilm":
             log.warning("--encoder %s is ignored: --init-from %s gives the encoder", args.encoder, args.init_from)
     tokenizer = load_tokenizer(encoder, args.trust_remote_code)
+    for task in tasks.values():
+        check_max_length(task, tokenizer, args.max_length,
+                         "--max-length" if args.max_length else f"{args.task_defs}: task '{task.name}': max_length")
     pl.seed_everything(args.seed, workers=True, verbose=False)
     module = MultiTaskModule(encoder, {n: t.to_plain() for n, t in tasks.items()}, lr=args.lr,
                              weight_decay=args.weight_decay, warmup_ratio=args.warmup_ratio, dropout=args.dropout,
@@ -405,22 +488,25 @@ def main(argv: list[str] | None = None) -> int:
                                      temperature=args.temperature if args.schedule == "temperature" else 1.0,
                                      seed=args.seed, limit_train_examples=args.limit_train_examples,
                                      max_length=args.max_length, pad_to_multiple_of=args.pad_to_multiple_of,
-                                     num_workers=args.num_workers, length_buckets=args.length_buckets)
-    run_dir = Path(args.output_dir) if args.output_dir else default_output_dir(args.task_defs, list(tasks), args.seed)
-    resume_from = check_resumable(run_dir, args) if args.resume else None
+                                     num_workers=args.num_workers, length_buckets=args.length_buckets,
+                                     limit_eval_examples=args.limit_eval_examples)
+    config = {"command": "train", "args": {k: v for k, v in vars(args).items()},
+              "data_dir": str(data_dir), "encoder": encoder,
+              "tasks": {n: t.to_plain() for n, t in tasks.items()},
+              "data_fingerprint": {n: {s: split_fingerprint(t, s, data_dir) for s in ("train", "dev") if s in t.splits}
+                                   for n, t in tasks.items()}}
+    resume_from = check_resumable(run_dir, config) if args.resume else None
     if is_global_zero():
         datamodule.prepare_data()  # parse and tokenize now, so data errors come before the run directory
         if resume_from is None:
             prepare_run_dir(run_dir, args.overwrite)
-            config = {"command": "train", "args": {k: v for k, v in vars(args).items()},
-                      "data_dir": str(data_dir), "encoder": encoder,
-                      "tasks": {n: t.to_plain() for n, t in tasks.items()}}
-            write_atomic(run_dir / CONFIG_FILE, yaml.safe_dump(config, sort_keys=False))
             from ..tasks.token import article_lists
 
             carves = article_lists(tasks, data_dir)
             if carves:  # the articles of each side of a carve by article (SQuAD), for the record
-                write_atomic(run_dir / "carves.json", json.dumps(carves, indent=2, ensure_ascii=False) + "\n")
+                write_json_atomic(run_dir / "carves.json", carves)
+        # on resume, only settings that do not change training may differ (the data's location): recorded anew
+        write_yaml_atomic(run_dir / CONFIG_FILE, config)
     set_sdpa_backend(args.sdpa_backend)
     if args.compile:
         # Module.compile works in place: no OptimizedModule wrapper, so no "_orig_mod." in checkpoint keys.
@@ -430,7 +516,8 @@ def main(argv: list[str] | None = None) -> int:
     # 2. Train, export the best epoch, write schedule.json and (last) metrics.json.
     source_encoder = args.encoder
     if init_export is not None:
-        source_encoder = json.loads((init_export / "mtdnn_export.json").read_text()).get("source_encoder", encoder)
+        meta = read_json(init_export / "mtdnn_export.json", CheckpointError, "export metadata")
+        source_encoder = meta.get("source_encoder", encoder) if isinstance(meta, dict) else encoder
     code, summary = fit_and_export(module, datamodule, tasks, tokenizer, run_dir, args, max_epochs=args.max_epochs,
                                    gradient_clip=args.gradient_clip, schedule=args.schedule,
                                    batch_size=args.batch_size, source_encoder=source_encoder,
@@ -461,31 +548,32 @@ def fit_and_export(module, datamodule, tasks: dict[str, TaskDef], tokenizer, run
     """
     import pytorch_lightning as pl
     from pytorch_lightning.callbacks import ModelCheckpoint
-    from pytorch_lightning.loggers import CSVLogger
 
     from .export import export_model
     from .lightning import TrainingDiverged
+    from .logs import ResumableCSVLogger, summary_callback
     from .runs import (AtomicCheckpointIO, CHECKPOINT_DIR, EXPORT_DIR, METRICS_FILE, SCHEDULE_FILE,
-                       load_checkpoint_file, write_json_atomic)
+                       check_finite_run, load_checkpoint_file, write_json_atomic)
 
     # best.ckpt by the dev average; last.ckpt at every epoch end, listed after it so that it holds the updated
     # best-score state (Lightning 2.6's save_last skips epochs that are not a new best).
     checkpoint = ModelCheckpoint(dirpath=run_dir / CHECKPOINT_DIR, filename="best", monitor="dev/average",
-                                 mode="max", save_top_k=1, auto_insert_metric_name=False, enable_version_counter=False)
+                                 mode="max", save_top_k=1, auto_insert_metric_name=False, enable_version_counter=False,
+                                 save_weights_only=True)  # weights (and hyper-parameters) only: a third of the size
     last = ModelCheckpoint(dirpath=run_dir / CHECKPOINT_DIR, filename="last", monitor=None, save_top_k=1,
                            every_n_epochs=1, auto_insert_metric_name=False, enable_version_counter=False)
     callbacks = [checkpoint, last, *engineering_callbacks(run_dir / CHECKPOINT_DIR / "last.ckpt",
-                                                          checkpoint_every_n_steps)]
-    # A resumed run logs beside the first one: Lightning's CSVLogger would otherwise empty logs/metrics.csv.
-    version = f"resumed-step{load_checkpoint_file(resume_from)['global_step']}" if resume_from else ""
-    loggers = [CSVLogger(run_dir, name="logs", version=version)]
+                                                          checkpoint_every_n_steps), summary_callback()]
+    # One continuous log: a resumed run continues logs/metrics.csv (rows after its checkpoint are logged again)
+    # and writes its TensorBoard events beside the first part's, so TensorBoard shows one run.
+    resume_step = load_checkpoint_file(resume_from)["global_step"] if resume_from else None
+    loggers = [ResumableCSVLogger(run_dir, name="logs", resume_step=resume_step)]
     try:
         from pytorch_lightning.loggers import TensorBoardLogger
 
         import tensorboard  # noqa: F401
 
-        tensorboard_version = f"tensorboard-{version}" if version else "tensorboard"
-        loggers.append(TensorBoardLogger(run_dir, name="logs", version=tensorboard_version))
+        loggers.append(TensorBoardLogger(run_dir, name="logs", version="tensorboard"))
     except ImportError:
         pass
     flags = trainer_flags
@@ -521,13 +609,20 @@ def fit_and_export(module, datamodule, tasks: dict[str, TaskDef], tokenizer, run
     if not trainer.is_global_zero:
         return 0, None
 
+    if not checkpoint.best_model_path:  # no epoch had a finite dev average to select on
+        raise CheckpointError(f"{run_dir}: training diverged: no epoch had a finite dev average, so there is no best "
+                              "checkpoint; the run is not complete (no metrics.json)")
     best_path = Path(checkpoint.best_model_path)
-    module.load_state_dict(load_checkpoint_file(best_path)["state_dict"])
+    best_state = load_checkpoint_file(best_path)["state_dict"]
+    check_finite_run(best_state, module.dev_history, best_path)  # a diverged run is never written as complete
+    module.load_state_dict(best_state)
     module.model.cpu().float()
     export_model(module.model, tokenizer, tasks, run_dir / EXPORT_DIR, source_encoder=source_encoder)
     write_json_atomic(run_dir / SCHEDULE_FILE, schedule_summary(module.step_log, schedule, batch_size))
     summary = metrics_summary(module.dev_history, best_path, run_dir)
     write_json_atomic(run_dir / METRICS_FILE, summary)
+    if not getattr(trainer_flags, "keep_last_checkpoint", False):  # the run is complete: nothing to resume
+        (run_dir / CHECKPOINT_DIR / "last.ckpt").unlink(missing_ok=True)
     return 0, summary
 
 

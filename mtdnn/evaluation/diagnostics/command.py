@@ -20,8 +20,9 @@ import logging
 import sys
 from pathlib import Path
 
-from ...errors import ConfigError, run_cli
-from ...training.trainer import positive_int, task_list
+from ...errors import ConfigError, HelpFormatter, RawHelpFormatter, run_cli
+from ...fileio import prepare_output_dir
+from ...training.trainer import float_in, max_length_int, positive_int, task_list
 
 REPO_TASK_DEFS = Path(__file__).resolve().parents[3] / "task_defs"
 DEFAULT_TASK_DEFS = {"arct": "arct.yaml", "arct_adv": "arct.yaml", "mnli": "nli.yaml"}
@@ -46,7 +47,8 @@ def _cue_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--min-applicability", type=positive_int, default=10,
                    help="a cue is ranked only with at least this many applicable examples")
     g.add_argument("--cue", type=task_list, default=["not", "n't", "no"], help="cues always listed, comma-separated")
-    g.add_argument("--smoothing", type=float, default=100.0, help="add-s smoothing of PMI (Gururangan et al.: 100)")
+    g.add_argument("--smoothing", type=float_in(0), default=100.0,
+                   help="add-s smoothing of PMI (Gururangan et al.: 100)")
     g.add_argument("--negation-as-not", action="store_true", help="count the contraction n't as the cue 'not'")
     g.add_argument("--applicability", choices=["exclusive", "any"], default="exclusive",
                    help="warrant cues: in exactly one warrant (Niven and Kao's eq. 1) or in either")
@@ -54,9 +56,9 @@ def _cue_flags(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m mtdnn.diagnose", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__.split("\n\n")[1])
+                                formatter_class=RawHelpFormatter, epilog=__doc__.split("\n\n")[1])
     sub = p.add_subparsers(dest="command", required=True)
-    fmt = argparse.ArgumentDefaultsHelpFormatter
+    fmt = HelpFormatter
 
     h = sub.add_parser("hans", help="HANS accuracy per heuristic x gold label (McCoy et al. 2019)", formatter_class=fmt)
     _model_args(h, required=False)
@@ -100,8 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--encoder", default="packaged-minilm")
     g.add_argument("--max-epochs", type=positive_int, default=3)
     g.add_argument("--batch-size", type=positive_int, default=32)
-    g.add_argument("--lr", type=float, default=5e-5)
-    g.add_argument("--max-length", type=positive_int, default=None)
+    g.add_argument("--lr", type=float_in(0, 1, low_open=True, high_open=False), default=5e-5)
+    g.add_argument("--max-length", type=max_length_int, default=None)
     g.add_argument("--limit-train-examples", type=positive_int, default=None)
     g.add_argument("--accelerator", default="auto")
     _common(q)
@@ -163,7 +165,7 @@ def _hans(args) -> int:
     if args.rule:
         data_dir = resolve_data_dir(args.data_dir) if args.hans is None else None
         hans = open_hans(args.hans or data_dir / DEFAULT_HANS, args.hans_index)
-        output = Path(args.output_dir or Path("runs") / f"diagnose-hans-{args.rule}")
+        output = prepare_output_dir(args.output_dir or Path("runs") / f"diagnose-hans-{args.rule}", "--output-dir")
         result = hans_diagnosis(hans, RULES[args.rule], f"rule:{args.rule}", args.batch_size)
     else:
         from ...training.inference import load_model, resolve_device
@@ -172,7 +174,7 @@ def _hans(args) -> int:
         name = _pick_task(loaded, args.task, "nli")
         mapping = entailment_label_map(loaded.task(name), overrides)
         hans = open_hans(args.hans or loaded.resolve_data_dir(args.data_dir) / DEFAULT_HANS, args.hans_index)
-        output = Path(args.output_dir or loaded.model_dir / "diagnose")
+        output = prepare_output_dir(args.output_dir or loaded.model_dir / "diagnose", "--output-dir")
         predict = model_predictor(loaded, loaded.task(name), mapping, resolve_device(args.device))
         result = hans_diagnosis(hans, predict, str(loaded.model_dir), args.batch_size, task=name, label_map=mapping)
     files = write_hans_outputs(result, output)
@@ -188,8 +190,9 @@ def _arct(args) -> int:
     loaded = load_model(args.model, args.checkpoint)
     name = _pick_task(loaded, args.task, "ranking")
     data_dir = loaded.resolve_data_dir(args.data_dir)
+    output = prepare_output_dir(args.output_dir or loaded.model_dir / "diagnose", "--output-dir")
     result = arct_diagnosis(loaded, name, args.adversarial, data_dir, resolve_device(args.device), args.batch_size)
-    files = write_arct_outputs(result, Path(args.output_dir or loaded.model_dir / "diagnose"))
+    files = write_arct_outputs(result, output)
     print(format_arct_table(result))
     print(f"written: {files['json']}, {files['png']}", file=sys.stderr)
     return 0
@@ -203,8 +206,8 @@ def _cues(args) -> int:
     task = _task_def(args.task, args.task_defs)
     data_dir = resolve_data_dir(args.data_dir)
     splits = args.splits or [s for s in ("train", "dev") if s in task.splits]
+    output = prepare_output_dir(args.output_dir or Path("runs") / f"diagnose-cues-{task.name}", "--output-dir")
     result = cue_statistics(task, splits, data_dir, _cue_settings(args))
-    output = Path(args.output_dir or Path("runs") / f"diagnose-cues-{task.name}")
     table = format_cue_tables(result)
     write_json_atomic(output / f"diagnose-cues-{task.name}.json", result)
     write_atomic(output / f"diagnose-cues-{task.name}.md", table)
@@ -228,7 +231,8 @@ def _partial(args) -> int:
     recipe = Recipe(encoder=args.encoder, max_epochs=args.max_epochs, batch_size=args.batch_size, lr=args.lr,
                     max_length=args.max_length, limit_train_examples=args.limit_train_examples,
                     accelerator=args.accelerator)
-    output = Path(args.output_dir or Path("runs") / f"diagnose-partial-{task.name}-{args.input}")
+    output = prepare_output_dir(args.output_dir or Path("runs") / f"diagnose-partial-{task.name}-{args.input}",
+                                "--output-dir")
     result = partial_input_baselines(task, args.input, seeds, resolve_data_dir(args.data_dir), output, recipe,
                                      full=not args.no_full)
     files = write_partial_outputs(result, output)
@@ -253,7 +257,8 @@ def _report(args) -> int:
                           adversarial=args.adversarial, partial_input=list(args.partial_input),
                           cue_settings=_cue_settings(args), device=resolve_device(args.device),
                           batch_size=args.batch_size)
-    path, contents = write_report(loaded, inputs, Path(args.output_dir or loaded.model_dir / "diagnose"))
+    output = prepare_output_dir(args.output_dir or loaded.model_dir / "diagnose", "--output-dir")
+    path, contents = write_report(loaded, inputs, output)
     for task, sections in contents.items():
         print(f"{task}: {', '.join(sections) or 'no applicable diagnostic'}")
     print(f"written: {path}", file=sys.stderr)

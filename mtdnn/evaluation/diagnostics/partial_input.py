@@ -21,10 +21,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import yaml
-
 from ...errors import ConfigError
-from ...fileio import write_atomic, write_json_atomic
+from ...fileio import dump_yaml, make_dir, write_atomic, write_json_atomic
 from ...tasks.data import load_split
 from ...tasks.taskdef import TaskDef
 
@@ -97,7 +95,7 @@ def majority_baseline(task: TaskDef, data_dir: Path) -> dict:
 def _task_defs_file(task: TaskDef, path: Path) -> Path:
     body = {k: v for k, v in task.to_plain().items() if k != "name"}
     write_atomic(path, "# written by python -m mtdnn.diagnose partial-input\n"
-                 + yaml.safe_dump({"tasks": {task.name: body}}, sort_keys=False))
+                 + dump_yaml({"tasks": {task.name: body}}))
     return path
 
 
@@ -141,7 +139,7 @@ def partial_input_baselines(task: TaskDef, input: str, seeds: list[int], data_di
     """
     partial = partial_task(task, input)
     majority = majority_baseline(task, data_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
+    make_dir(output_dir)
     variants = {f"{input}-only": partial}
     if full:
         variants[FULL] = task

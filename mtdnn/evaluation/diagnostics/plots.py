@@ -7,7 +7,7 @@ import tempfile
 from pathlib import Path
 from typing import Sequence
 
-from ...fileio import default_mode
+from ...fileio import default_mode, make_dir
 
 
 def grouped_bars(path: str | Path, groups: Sequence[str], series: dict[str, Sequence[float | None]], title: str,
@@ -49,7 +49,7 @@ def grouped_bars(path: str | Path, groups: Sequence[str], series: dict[str, Sequ
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8, loc="upper center", ncol=len(series) + (reference is not None), frameon=False)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dir(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".png", dir=path.parent)
     os.close(fd)
     try:

@@ -10,13 +10,12 @@ Every file is written into the report directory; ``report.md`` is written last, 
 
 from __future__ import annotations
 
-import json
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...errors import ConfigError, DataError, UserError
-from ...fileio import write_atomic
+from ...fileio import make_dir, read_json, write_atomic
 from .cues import CueSettings
 
 HANS, ARCT, CUES, PARTIAL = "HANS", "Adversarial ARCT", "Cue statistics", "Partial-input baselines"
@@ -113,10 +112,9 @@ def _partial_section(task, inputs: ReportInputs, out: Path) -> list[str]:
     name = task.name
     lines = []
     for source in inputs.partial_input:
-        try:
-            result = json.loads(Path(source).read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as err:
-            raise DataError(f"--partial-input {source}: cannot read the result JSON ({err})") from None
+        result = read_json(source, DataError, "--partial-input result JSON")
+        if not isinstance(result, dict) or not {"task", "input", "seeds", "recipe"} <= set(result):
+            raise DataError(f"{source}: not a result of python -m mtdnn.diagnose partial-input (--partial-input)")
         if result.get("task") != name:
             continue
         target = out / f"diagnose-partial-input-{name}-{result['input']}.json"
@@ -142,7 +140,7 @@ def write_report(loaded, inputs: ReportInputs, output_dir: Path) -> tuple[Path, 
     Returns:
         The report's path and ``{task: [section titles]}``.
     """
-    output_dir.mkdir(parents=True, exist_ok=True)
+    make_dir(output_dir)
     lines = [f"# Diagnostics of `{loaded.model_dir}`", "",
              f"Model: `{loaded.source}`. Data root: `{inputs.data_dir}`. Written by `python -m mtdnn.diagnose report`.",
              "Sources: HANS (McCoy et al. 2019, arXiv 1902.01007), adversarial ARCT and cue statistics (Niven and Kao "

@@ -30,7 +30,8 @@ import sys
 import warnings
 from pathlib import Path
 
-from ...errors import ConfigError, DataError, run_cli
+from ...errors import ConfigError, DataError, HelpFormatter, run_cli
+from ...fileio import make_dir, prepare_output_dir, write_atomic, write_json_atomic
 from ...tasks.taskdef import load_task_defs, select_tasks
 from .encoders import parse_encoder_list, resolve_encoder_spec
 from .report import CURVE_PNG, RESULTS_JSON, RESULTS_MD, build_report, plot_learning_curve, render_markdown
@@ -67,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     from ...training.trainer import positive_int
 
     p = argparse.ArgumentParser(prog="python -m mtdnn.transfer", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                formatter_class=HelpFormatter)
     p.add_argument("--task", required=True, help="the target task (a classification task), e.g. snli or scitail")
     p.add_argument("--task-defs", default="task_defs/glue.yaml", help="task-definition YAML holding --task")
     p.add_argument("--encoders", required=True,
@@ -115,7 +116,6 @@ def main(argv: list[str] | None = None) -> int:
 
     from ...tasks.data import load_split, resolve_data_dir
     from ...tasks.subsets import check_sizes, sizes_from_fractions, stratified_order
-    from ...training.runs import write_atomic, write_json_atomic
     from ...training.trainer import check_lightning_flags
 
     settings = SETTINGS
@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     seeds = list(range(args.seeds))
     orders = {seed: stratified_order(pool_labels, seed) for seed in seeds}
     out_dir = Path(args.output_dir) if args.output_dir else Path("runs") / f"transfer-{task.name}"
-    out_dir.mkdir(parents=True, exist_ok=True)
+    make_dir(prepare_output_dir(out_dir, "--output-dir"))
     eval_examples = min(len(eval_raw.examples), args.limit_eval_examples or len(eval_raw.examples))
 
     metric = "accuracy" if "accuracy" in task.metric_names else task.metric_names[0]

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...errors import CheckpointError, ConfigError
+from ...fileio import read_safetensors
 from ...tasks.taskdef import TaskDef
 
 @dataclass
@@ -94,8 +95,6 @@ def reused_head_state(export: Path, source_task: str, task: TaskDef) -> dict:
         CheckpointError: the export has no such head, or it was trained for another task type, other labels
             (or another order of them) or another pooling.
     """
-    from safetensors.torch import load_file
-
     from ...training.export import load_export_tasks
 
     saved = load_export_tasks(export)
@@ -116,7 +115,7 @@ def reused_head_state(export: Path, source_task: str, task: TaskDef) -> dict:
         raise CheckpointError(f"{export}: --reuse-head {source_task}: the run's '{source_task}' head does not fit "
                               f"task '{task.name}' ({'; '.join(problems)}); a head is reused only for the same type, "
                               "the same labels in the same order and the same pooling")
-    state = load_file(str(export / "heads.safetensors"))
+    state = read_safetensors(export / "heads.safetensors")
     prefix = source_task + "."
     return {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
 

@@ -14,7 +14,8 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from ...errors import ConfigError
+from ...errors import CheckpointError, ConfigError
+from ...fileio import read_json, write_json_atomic
 from ...tasks.taskdef import TaskDef
 from .encoders import Encoder, safe_name
 from .finetune import evaluate_split, fine_tune
@@ -55,7 +56,6 @@ def run_sweep(task: TaskDef, encoders: list[Encoder], sizes: list[int], orders: 
     """
     from ...modeling.model import load_tokenizer
     from ...tasks.data import tokenized_split
-    from ...training.runs import write_json_atomic
 
     seeds = list(orders)
     records: dict[str, dict[int, dict[int, dict]]] = {}
@@ -107,9 +107,12 @@ def _digest(obj) -> str:
 
 
 def _read_cached(path: Path, key: dict) -> dict | None:
+    if not path.is_file():
+        return None
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
+        record = read_json(path, CheckpointError, "cached transfer result")
+    except CheckpointError as err:  # a damaged cache entry is computed again
+        print(f"warning: {err}; computing it again")
         return None
     return record if isinstance(record, dict) and record.get("key") == key else None
 
