@@ -211,7 +211,7 @@ def test_default_relative_output_dir(tmp_path, data_dir, tiny_encoder, monkeypat
     i = args.index("--output-dir")
     del args[i:i + 2]
     assert main(args) == 0
-    run_dir = Path("runs") / "glue-rte-stsb-seed42"  # relative, as the default is
+    run_dir = Path("runs") / "glue-rte-stsb-seed42-limited-train64"  # relative; a limited run says so
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["best"]["checkpoint"] == "checkpoints/best.ckpt"
 
