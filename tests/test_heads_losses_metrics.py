@@ -36,11 +36,17 @@ def test_pooling_variants():
     assert torch.equal(pool(hidden, mask, pooled, "pooler"), pooled)
     with pytest.raises(ConfigError, match="no pooler"):
         pool(hidden, mask, None, "pooler")
+    # last: the last real token; with left padding (XLNet) cls and last still find the first and last real token
+    assert torch.equal(pool(hidden, mask, None, "last"), torch.stack([hidden[0, 1], hidden[1, 2]]))
+    left = torch.tensor([[0, 1, 1], [1, 1, 1]])
+    assert torch.equal(pool(hidden, left, None, "last"), hidden[:, 2])
+    assert torch.equal(pool(hidden, left, None, "cls"), torch.stack([hidden[0, 1], hidden[1, 0]]))
+    assert torch.allclose(pool(hidden, left, None, "mean")[0], hidden[0, 1:].mean(0))
 
 
 @pytest.mark.parametrize("kind, shape", [("classification", (6, 3)), ("regression", (6,)), ("ranking", (6, 4))])
 def test_head_output_shapes(kind, shape):
-    head = TaskHead(make(kind), hidden_size=8)
+    head = TaskHead(make(kind, head={"pooling": "pooler"}), hidden_size=8)
     rows = 6 * (4 if kind == "ranking" else 1)
     out = head(torch.randn(rows, 5, 8), torch.ones(rows, 5), torch.randn(rows, 8))
     assert out.shape == shape

@@ -52,11 +52,19 @@ class InitSpec(Spec):
     ``encoder``: ``pretrained`` (the encoder the multi-task run started from; default), ``multitask`` (the
     multi-task run's encoder and the heads of matching tasks), or any Hugging Face name or path; never a teacher
     member. ``layers``: keep only these 0-based encoder layers (DistilBERT-style, Sanh et al. 2019,
-    arXiv 1910.01108), e.g. ``[0, 2, 4]`` of a 6-layer encoder.
+    arXiv 1910.01108), e.g. ``[0, 2, 4]`` of a 6-layer encoder; not for ALBERT, whose layers share one set of
+    weights. ``num_layers``: keep the first N layers; for ALBERT, run its shared layer N times.
     """
 
     encoder: str = "pretrained"
     layers: list[int] | None = Field(default=None, min_length=1)
+    num_layers: int | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _one_layer_choice(self) -> "InitSpec":
+        if self.layers is not None and self.num_layers is not None:
+            raise ValueError("fields 'layers', 'num_layers': give one of them (a layer list or a layer count)")
+        return self
 
 
 class StudentTrainSpec(FinetuneSpec):
@@ -254,25 +262,98 @@ def resolve_init(spec: StudentSpec, spec_path: str, mt_run: str | None,
     return source, heads_from
 
 
+# Where each family keeps its list of separate layers (attribute path from the base model).
+LAYER_LISTS = ("encoder.layer",      # BERT, RoBERTa, ELECTRA, DeBERTa-v2, MiniLM
+               "transformer.layer",  # DistilBERT
+               "layers",             # ModernBERT
+               "layer")              # XLNet
+
+
+def _layer_list(encoder: torch.nn.Module) -> tuple[torch.nn.Module, str, torch.nn.ModuleList] | None:
+    for path in LAYER_LISTS:
+        owner_path, _, attr = path.rpartition(".")
+        owner = encoder
+        for part in owner_path.split(".") if owner_path else []:
+            owner = getattr(owner, part, None)
+        blocks = getattr(owner, attr, None)
+        if isinstance(blocks, torch.nn.ModuleList):
+            return owner, attr, blocks
+    return None
+
+
+def _shares_layers(encoder: torch.nn.Module) -> bool:
+    """ALBERT: one layer group's weights run ``num_hidden_layers`` times (Lan et al. 2019, arXiv 1909.11942)."""
+    return hasattr(getattr(encoder, "encoder", None), "albert_layer_groups")
+
+
 def select_layers(encoder: torch.nn.Module, layers: list[int], where: str) -> torch.nn.Module:
-    """Keep only ``layers`` (0-based, increasing) of a BERT-style encoder's ``encoder.layer`` list, in place.
+    """Keep only ``layers`` (0-based, increasing) of the encoder's separate layers, in place.
 
     DistilBERT (Sanh et al. 2019, arXiv 1910.01108) initialises its student from every other teacher layer.
+    Works for every family with a list of separate layers (:data:`LAYER_LISTS`: BERT, RoBERTa, ELECTRA,
+    DeBERTa-v2, DistilBERT, XLNet, ModernBERT). ModernBERT keeps each kept layer's attention type (global or
+    local: ``config.layer_types``); its layer 0 must be kept, since it alone has no attention LayerNorm (it
+    follows the embedding norm) and a reloaded student would rebuild its first layer that way.
 
     Raises:
-        ConfigError: the encoder has no ``encoder.layer`` list, or an index is out of range or repeated.
+        ConfigError: a shared-layer encoder (ALBERT: use ``num_layers``), an encoder without a known layer
+            list, an index out of range or repeated, or a ModernBERT list without layer 0.
     """
-    blocks = getattr(getattr(encoder, "encoder", None), "layer", None)
-    if not isinstance(blocks, torch.nn.ModuleList):
-        raise ConfigError(f"{where}: {type(encoder).__name__} has no encoder.layer list; layer selection supports "
-                          "BERT-style encoders (BERT, RoBERTa, MiniLM, ELECTRA)")
+    if _shares_layers(encoder):
+        raise ConfigError(f"{where}: {type(encoder).__name__} shares one layer's weights across all its "
+                          f"{encoder.config.num_hidden_layers} layers, so there are no separate layers to pick "
+                          f"(got {layers}); set init.num_layers instead to run the shared layer fewer times")
+    found = _layer_list(encoder)
+    if found is None:
+        raise ConfigError(f"{where}: {type(encoder).__name__} has no list of separate layers this toolkit knows "
+                          f"({', '.join(LAYER_LISTS)}); layer selection supports BERT, RoBERTa, ELECTRA, DeBERTa-v2, "
+                          "DistilBERT, XLNet and ModernBERT")
+    owner, attr, blocks = found
     if any(not 0 <= i < len(blocks) for i in layers) or sorted(set(layers)) != list(layers):
         raise ConfigError(f"{where}: layers must be increasing indices in 0..{len(blocks) - 1} (got {layers})")
-    encoder.encoder.layer = torch.nn.ModuleList([blocks[i] for i in layers])
+    if getattr(encoder.config, "model_type", "") == "modernbert" and layers[0] != 0:
+        raise ConfigError(f"{where}: a ModernBERT student must keep layer 0, the only layer without an attention "
+                          f"LayerNorm (got {layers})")
+    setattr(owner, attr, torch.nn.ModuleList([blocks[i] for i in layers]))
     encoder.config.num_hidden_layers = len(layers)
     if isinstance(getattr(encoder.config, "layer_types", None), list):
         encoder.config.layer_types = [encoder.config.layer_types[i] for i in layers]
     return encoder
+
+
+def truncate_layers(encoder: torch.nn.Module, num_layers: int, where: str) -> torch.nn.Module:
+    """The first ``num_layers`` layers of the encoder, in place; for ALBERT, its shared layer run that many times.
+
+    Raises:
+        ConfigError: ``num_layers`` is not in 1..the encoder's layer count, or an ALBERT with several layer groups
+            (which group a layer uses depends on the layer count).
+    """
+    total = encoder.config.num_hidden_layers
+    if not 1 <= num_layers <= total:
+        raise ConfigError(f"{where}: must be in 1..{total}, the encoder's layer count (got {num_layers})")
+    if not _shares_layers(encoder):
+        return select_layers(encoder, list(range(num_layers)), where)
+    if getattr(encoder.config, "num_hidden_groups", 1) != 1:
+        raise ConfigError(f"{where}: this ALBERT has {encoder.config.num_hidden_groups} layer groups; only one "
+                          "shared group can be run a different number of times")
+    encoder.config.num_hidden_layers = num_layers
+    return encoder
+
+
+def student_encoder(source: str, init: InitSpec, where: str) -> torch.nn.Module | None:
+    """The student's encoder loaded from ``source`` with ``init.layers`` or ``init.num_layers`` applied; None
+    when neither is set (the student is then ``source`` unchanged).
+
+    Raises:
+        ConfigError: see :func:`select_layers` and :func:`truncate_layers`.
+    """
+    from ..modeling.model import load_encoder
+
+    if init.layers:
+        return select_layers(load_encoder(source), init.layers, f"{where}: field 'init.layers'")
+    if init.num_layers:
+        return truncate_layers(load_encoder(source), init.num_layers, f"{where}: field 'init.num_layers'")
+    return None
 
 
 # ------------------------------------------------------------------------------------------------ reporting
@@ -416,7 +497,8 @@ def train_student(spec: StudentSpec, spec_path: str, tasks: dict[str, TaskDef], 
     from ..tasks.data import tokenized_split
     from ..modeling.model import load_encoder, load_tokenizer
     from ..training.runs import CONFIG_FILE, prepare_run_dir
-    from ..training.trainer import copy_matching_heads, fit_and_export, is_global_zero
+    from ..modeling.heads import resolve_pooling
+    from ..training.trainer import copy_matching_heads, fit_and_export, is_global_zero, log_pooling
 
     cfg = spec.train
     # 1. The starting point and the soft targets, checked before the run directory is made.
@@ -425,9 +507,12 @@ def train_student(spec: StudentSpec, spec_path: str, tasks: dict[str, TaskDef], 
         teachers.warn_if_limited(mt_run, "the student starts")
     source, heads_from = resolve_init(spec, spec_path, mt_run, teacher_dir)
     tokenizer = load_tokenizer(source)
-    truncated = None
-    if spec.init.layers:
-        truncated = select_layers(load_encoder(source), spec.init.layers, f"{spec_path}: field 'init.layers'")
+    truncated = student_encoder(source, spec.init, spec_path)
+    asked = tasks
+    try:
+        tasks = resolve_pooling(tasks, truncated if truncated is not None else load_encoder(source))
+    except ConfigError as err:
+        raise ConfigError(f"{spec.task_defs}: {err}") from None
     soft_targets, teacher_report = {}, None
     distill = list(spec.distill)
     for name in distill:
@@ -463,6 +548,7 @@ def train_student(spec: StudentSpec, spec_path: str, tasks: dict[str, TaskDef], 
     module = DistillationModule(encoder, {n: t.to_plain() for n, t in tasks.items()}, distill_tasks=distill,
                                 temperature=spec.temperature, alpha=spec.alpha, lr=cfg.lr,
                                 weight_decay=cfg.weight_decay, warmup_ratio=cfg.warmup_ratio)
+    log_pooling(asked, module.model)
     if heads_from is not None:
         copied = copy_matching_heads(module.model, heads_from, tasks)
         log.info("student initialised from %s: encoder and heads of %s", heads_from, ", ".join(copied) or "no task")

@@ -29,14 +29,22 @@ from .token_heads import span_head, token_head
 def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooled: torch.Tensor | None, pooling: str) -> torch.Tensor:
     """Reduce ``hidden`` ``(batch, seq_len, hidden_size)`` to ``(batch, hidden_size)``.
 
-    ``cls``: the first token's state; ``mean``: the mean over tokens where ``attention_mask`` is 1;
-    ``pooler``: the encoder's pooled [CLS] output ``pooled``.
+    ``cls``: the first real token's state ([CLS], <s>; position 0 unless the batch is left-padded);
+    ``last``: the last real token's state (XLNet's <cls>: the last position when left-padded); ``mean``: the
+    mean over tokens where ``attention_mask`` ``(batch, seq_len)`` is 1; ``pooler``: the encoder's pooled
+    [CLS] output ``pooled``. ``cls`` and ``last`` read their position from ``attention_mask``, so they hold for
+    either padding side.
 
     Raises:
         ConfigError: ``pooler`` asked of an encoder that has no pooler.
     """
-    if pooling == "cls":
-        return hidden[:, 0]
+    if pooling in ("cls", "last"):
+        positions = torch.arange(attention_mask.size(1), device=attention_mask.device)
+        real = attention_mask > 0
+        # first real token: the smallest position with mask 1; last: the largest
+        index = (torch.where(real, positions, attention_mask.size(1)).amin(-1) if pooling == "cls"
+                 else torch.where(real, positions, -1).amax(-1)).clamp(0, attention_mask.size(1) - 1)
+        return hidden[torch.arange(hidden.size(0), device=hidden.device), index]
     if pooling == "mean":
         mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
         return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
@@ -45,12 +53,60 @@ def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooled: torch.Tenso
     return pooled
 
 
+# Families pre-trained with a sentence-level objective on the pooled [CLS] (BERT: next-sentence prediction;
+# ALBERT: sentence-order prediction), so their pooler is trained; RoBERTa's pooler exists but was never trained.
+PRETRAINED_POOLER = ("bert", "albert")
+# Families whose summary token is the last one (XLNet appends <cls>; Yang et al. 2019, arXiv 1906.08237).
+SUMMARY_LAST = ("xlnet",)
+
+
+def has_pooler(encoder: nn.Module) -> bool:
+    """Whether the encoder returns a ``pooler_output`` (BERT, ALBERT, RoBERTa built with their pooler)."""
+    return getattr(encoder, "pooler", None) is not None
+
+
+def default_pooling(encoder: nn.Module) -> str:
+    """The pooling of a task that sets no ``head.pooling``, for ``encoder`` (a Hugging Face ``AutoModel``).
+
+    ``pooler`` for BERT and ALBERT (a pooler trained in pre-training), ``last`` for XLNet (its summary token
+    <cls> is last), ``cls`` for every other family (RoBERTa, DistilBERT, ELECTRA, DeBERTa, ModernBERT, ...).
+    """
+    model_type = getattr(encoder.config, "model_type", "")
+    if model_type in SUMMARY_LAST:
+        return "last"
+    if model_type in PRETRAINED_POOLER and has_pooler(encoder):
+        return "pooler"
+    return "cls"
+
+
+def resolve_pooling(tasks: dict[str, TaskDef], encoder: nn.Module) -> dict[str, TaskDef]:
+    """``tasks`` with every unset ``head.pooling`` replaced by :func:`default_pooling` of ``encoder``.
+
+    Raises:
+        ConfigError: a task asks for ``pooler`` and the encoder has none (naming the task and encoder).
+    """
+    chosen = default_pooling(encoder)
+    resolved = {}
+    for name, task in tasks.items():
+        if task.head.pooling == "pooler" and not has_pooler(encoder):
+            raise ConfigError(f"task '{name}', field 'head.pooling': 'pooler' but the encoder "
+                              f"({type(encoder).__name__}) has no pooler; use {' or '.join(dict.fromkeys([chosen, 'cls', 'mean']))}"
+                              f", or leave head.pooling unset (this encoder then gets {chosen})")
+        if task.head.pooling is None:
+            task = task.model_copy(update={"head": task.head.model_copy(update={"pooling": chosen})})
+        resolved[name] = task
+    return resolved
+
+
 class TaskHead(nn.Module):
     """Pooling -> dropout -> linear layer for one task (see the module docstring for output shapes); the type's
-    :attr:`~mtdnn.tasks.types.TaskType.head_outputs` shapes the result."""
+    :attr:`~mtdnn.tasks.types.TaskType.head_outputs` shapes the result. ``task.head.pooling`` must be set (see
+    :func:`resolve_pooling`)."""
 
     def __init__(self, task: TaskDef, hidden_size: int):
         super().__init__()
+        if task.head.pooling is None:
+            raise ValueError(f"task '{task.name}': head.pooling is not resolved (use resolve_pooling)")
         self.task = task
         self.pooling = task.head.pooling
         self.dropout = nn.Dropout(task.head.dropout)

@@ -12,12 +12,13 @@ train in pure fp16 and collapse to constant predictions.
 
 from __future__ import annotations
 
+import inspect
 
 import torch
 from torch import nn
 
 from ..errors import ConfigError
-from .heads import HEADS
+from .heads import HEADS, resolve_pooling
 from ..tasks.taskdef import TaskDef
 
 PACKAGED_MINILM = "packaged-minilm"
@@ -54,9 +55,25 @@ def load_encoder(name: str, trust_remote_code: bool = False) -> nn.Module:
         raise ConfigError(f"--encoder {name!r}: cannot load a Hugging Face encoder from {path!r} ({err})") from None
 
 
+def uses_segment_ids(config) -> bool:
+    """Whether an encoder of this configuration reads segment (token type) ids of a sentence pair.
+
+    True for XLNet (relative segment encodings) and for encoders with more than one token-type embedding
+    (BERT, ALBERT, ELECTRA: ``type_vocab_size`` 2); False for RoBERTa (1), DeBERTa-v2/v3 (0), DistilBERT and
+    ModernBERT (none).
+    """
+    return getattr(config, "model_type", "") == "xlnet" or (getattr(config, "type_vocab_size", 0) or 0) > 1
+
+
 def load_tokenizer(name: str, trust_remote_code: bool = False):
-    """The encoder's fast tokenizer (``AutoTokenizer``); raises :class:`ConfigError` if it cannot be loaded."""
-    from transformers import AutoTokenizer
+    """The encoder's fast tokenizer (``AutoTokenizer``); raises :class:`ConfigError` if it cannot be loaded.
+
+    Its ``model_input_names`` list ``token_type_ids`` exactly when the encoder reads them
+    (:func:`uses_segment_ids`): some families' tokenizers leave out segment ids their encoder was pre-trained
+    with (ALBERT, XLNet in transformers 5) or return ids that their encoder ignores (DeBERTa-v3). Tokenization
+    (:mod:`mtdnn.tasks.data`) follows that list. The padding side stays the tokenizer's own (XLNet: left).
+    """
+    from transformers import AutoConfig, AutoTokenizer
 
     path = resolve_encoder(name)
     try:
@@ -68,6 +85,14 @@ def load_tokenizer(name: str, trust_remote_code: bool = False):
     if len(tokenizer) < 100:  # transformers builds a near-empty tokenizer from a folder without tokenizer files
         raise ConfigError(f"--encoder {name!r}: no usable tokenizer in {path!r} (vocabulary of {len(tokenizer)} "
                           "tokens); save the tokenizer files beside the model")
+    try:
+        config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError, KeyError):  # no model configuration beside the tokenizer: keep its inputs
+        return tokenizer
+    names = [n for n in tokenizer.model_input_names if n != "token_type_ids"]
+    if uses_segment_ids(config):
+        names.insert(1, "token_type_ids")
+    tokenizer.model_input_names = names
     return tokenizer
 
 
@@ -76,18 +101,20 @@ class MultiTaskModel(nn.Module):
 
     Args:
         encoder: a Hugging Face encoder (returns ``last_hidden_state`` and optionally ``pooler_output``).
-        tasks: task definitions by name; one head each.
+        tasks: task definitions by name; one head each. ``self.tasks`` holds them with every unset
+            ``head.pooling`` chosen for the encoder (:func:`~mtdnn.modeling.heads.resolve_pooling`).
+
+    Raises:
+        ConfigError: a task asks for a ``pooler`` pooling and the encoder has no pooler.
     """
 
     def __init__(self, encoder: nn.Module, tasks: dict[str, TaskDef]):
         super().__init__()
         self.encoder = encoder
-        self.heads = nn.ModuleDict({name: HEADS[task.head_type](task, encoder) for name, task in tasks.items()})
-        has_pooler = getattr(encoder, "pooler", None) is not None
-        for name, task in tasks.items():
-            if task.head_type == "linear" and task.head.pooling == "pooler" and not has_pooler:
-                raise ConfigError(f"task '{name}', field 'head.pooling': 'pooler' but the encoder "
-                                  f"({type(encoder).__name__}) has no pooler; use cls or mean")
+        self.tasks = resolve_pooling(tasks, encoder)  # unset head.pooling -> the encoder's default
+        self.heads = nn.ModuleDict({name: HEADS[task.head_type](task, encoder) for name, task in self.tasks.items()})
+        # DistilBERT and ModernBERT take no token_type_ids at all
+        self.takes_token_types = "token_type_ids" in inspect.signature(encoder.forward).parameters
         self.train()  # from_pretrained returns the encoder in eval mode, which would disable dropout
 
     def forward(self, task: str, input_ids: torch.Tensor, attention_mask: torch.Tensor,
@@ -101,7 +128,7 @@ class MultiTaskModel(nn.Module):
         ``log_softmax(tempered)`` are the student's log-probabilities at T (logits / T for a linear head; for
         SAN, each step's logits divided by T before averaging).
         """
-        kwargs = {"token_type_ids": token_type_ids} if token_type_ids is not None else {}
+        kwargs = {"token_type_ids": token_type_ids} if token_type_ids is not None and self.takes_token_types else {}
         out = self.encoder(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
         extra = dict(head_inputs or {})
         if getattr(self.heads[task], "tied_to_input_embeddings", False):  # MLM: the tied output projection

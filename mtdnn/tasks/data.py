@@ -427,7 +427,8 @@ class TokenizedSplit(torch.utils.data.Dataset):
     ``input_ids[i]`` is ``list[int]`` (length <= max_length); for ranking tasks it is a list of
     ``num_candidates`` such sequences. ``lengths[i]`` is the (longest) sequence length in tokens.
     ``labels`` is None for an unlabelled split. ``features`` holds the task type's own per-example columns
-    (e.g. ``sequence_ids`` for a SAN head), which items carry under the same names.
+    (e.g. ``sequence_ids`` for a SAN head), which items carry under the same names. ``padding_side`` is the
+    tokenizer's (``left`` for XLNet), for :func:`collate`.
     """
 
     task: str
@@ -438,6 +439,7 @@ class TokenizedSplit(torch.utils.data.Dataset):
     labels: list | None
     lengths: list[int]
     features: dict[str, list] = field(default_factory=dict)
+    padding_side: str = "right"
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -465,16 +467,19 @@ class TokenizedSplit(torch.utils.data.Dataset):
         """The rows at ``positions``, in that order."""
         pick = lambda seq: None if seq is None else [seq[i] for i in positions]  # noqa: E731
         return TokenizedSplit(self.task, self.split, pick(self.ids), pick(self.input_ids), pick(self.token_type_ids),
-                              pick(self.labels), pick(self.lengths), {k: pick(v) for k, v in self.features.items()})
+                              pick(self.labels), pick(self.lengths), {k: pick(v) for k, v in self.features.items()},
+                              self.padding_side)
 
     @classmethod
-    def from_columns(cls, task: str, split: str, columns: dict[str, list]) -> "TokenizedSplit":
+    def from_columns(cls, task: str, split: str, columns: dict[str, list],
+                     padding_side: str = "right") -> "TokenizedSplit":
         """From the columns of :func:`_tokenize` (or the cached dataset): ``id``, ``input_ids``, ``length``,
         optional ``token_type_ids`` and ``label``; any other column is a feature."""
         known = {"id", "input_ids", "length", "token_type_ids", "label"}
         return cls(task=task, split=split, ids=columns["id"], input_ids=columns["input_ids"],
                    token_type_ids=columns.get("token_type_ids"), labels=columns.get("label"),
-                   lengths=columns["length"], features={k: v for k, v in columns.items() if k not in known})
+                   lengths=columns["length"], features={k: v for k, v in columns.items() if k not in known},
+                   padding_side=padding_side)
 
 
 def _tokenize(raw: RawSplit, task: TaskDef, tokenizer, max_length: int) -> dict[str, list]:
@@ -494,7 +499,8 @@ def tokenize_examples(examples: Sequence[Example], task: TaskDef, tokenizer, max
     ``max_length`` defaults to the task's. ``split`` only names the result.
     """
     raw = RawSplit(task.name, split, split, "", list(examples))
-    return TokenizedSplit.from_columns(task.name, split, _tokenize(raw, task, tokenizer, max_length or task.max_length))
+    return TokenizedSplit.from_columns(task.name, split, _tokenize(raw, task, tokenizer, max_length or task.max_length),
+                                       tokenizer.padding_side)
 
 
 def _cache_key(digest: str, task: TaskDef, split: str, tokenizer, max_length: int) -> str:
@@ -571,16 +577,21 @@ def tokenized_split(task: TaskDef, split: str, data_dir: Path, tokenizer, max_le
         ds = datasets.Dataset.from_dict(_tokenize(raw, task, tokenizer, max_length))
         if use_cache:
             _write_cache(ds, path)
-    return TokenizedSplit.from_columns(task.name, split, ds.to_dict())
+    return TokenizedSplit.from_columns(task.name, split, ds.to_dict(), tokenizer.padding_side)
 
 
 # ----------------------------------------------------------------------------------------------- batching
 
 
 def collate(features: list[dict[str, Any]], task: TaskDef, pad_token_id: int, pad_to_multiple_of: int = 1,
-            tokenizer=None) -> dict:
+            tokenizer=None, padding_side: str = "right") -> dict:
     """Pad a list of items from :class:`TokenizedSplit` into a batch for ``task`` (dynamic padding), with the
-    type's collation (:attr:`mtdnn.tasks.types.TaskType.collate`).
+    type's collation (:attr:`mtdnn.tasks.types.TaskType.collate`). ``padding_side``: the tokenizer's; ``left``
+    moves every row's padding before its tokens (:func:`pad_left`; XLNet, whose summary token <cls> then sits in
+    the last position of every row).
+
+    ``padding_side``: the tokenizer's; ``left`` puts the padding before the tokens (XLNet, whose summary token
+    <cls> then sits in the last position of every row).
 
     Returns a dict with ``task`` (name), ``input_ids``, ``attention_mask`` and, if present, ``token_type_ids``,
     each ``(batch * num_candidates, seq_len)`` int64 with ``seq_len`` the longest sequence rounded up to
@@ -590,4 +601,27 @@ def collate(features: list[dict[str, Any]], task: TaskDef, pad_token_id: int, pa
     beyond the encoder's output (e.g. SAN's ``sequence_ids``), when the type has any. ``tokenizer``: needed by
     types that change tokens when collating (``mlm`` masks them; :mod:`mtdnn.tasks.mlm` gives its batch).
     """
-    return task.task_type.collate(features, task, pad_token_id, pad_to_multiple_of, tokenizer)
+    batch = task.task_type.collate(features, task, pad_token_id, pad_to_multiple_of, tokenizer)
+    if padding_side not in ("right", "left"):
+        raise ValueError(f"padding_side must be right or left (got {padding_side!r})")
+    return pad_left(batch) if padding_side == "left" else batch
+
+
+def pad_left(batch: dict) -> dict:
+    """A right-padded batch padded on the left instead: each row of every token-aligned tensor
+    ``(rows, seq_len, ...)`` (``input_ids``, ``attention_mask``, ``token_type_ids``, token-aligned ``head_inputs``
+    and labels) is rolled right by its padding, ``seq_len - attention_mask[row].sum()``."""
+    mask = batch["attention_mask"]
+    rows, seq_len = mask.shape
+    shift = seq_len - mask.sum(1)
+    index = (torch.arange(seq_len).unsqueeze(0) - shift.unsqueeze(1)) % seq_len  # (rows, seq_len): source column
+
+    def roll(value):
+        if isinstance(value, torch.Tensor) and value.dim() >= 2 and tuple(value.shape[:2]) == (rows, seq_len):
+            gather = index.view(rows, seq_len, *([1] * (value.dim() - 2))).expand_as(value)
+            return value.gather(1, gather)
+        if isinstance(value, dict):
+            return {k: roll(v) for k, v in value.items()}
+        return value
+
+    return {k: roll(v) for k, v in batch.items()}

@@ -136,13 +136,15 @@ class HeadSpec(_Strict):
     for the sentence-level types), ``san`` for the stochastic answer network of MT-DNN (classification of text
     pairs, :class:`mtdnn.modeling.san.SanHead`) with ``steps`` reasoning steps (default 5) and ``step_dropout``,
     the probability of dropping a whole step's prediction in training (default 0.1).
-    ``pooling``: ``cls`` (hidden state of the first token), ``mean`` (mask-aware mean over tokens) or
-    ``pooler`` (the encoder's pooled [CLS], dense + tanh, as BERT and MT-DNN use).
+    ``pooling``: ``cls`` (hidden state of the first real token: [CLS] or <s>), ``last`` (of the last real token:
+    XLNet's <cls>), ``mean`` (mask-aware mean over tokens) or ``pooler`` (the encoder's pooled [CLS], dense +
+    tanh, as BERT and MT-DNN use). None (not set): chosen for the encoder when the model is built
+    (:func:`mtdnn.modeling.heads.default_pooling`), and recorded in the run's ``config.yaml`` and export.
     """
 
     type: str | None = None
     dropout: float = Field(default=0.1, ge=0.0, lt=1.0)
-    pooling: Literal["cls", "mean", "pooler"] = "pooler"
+    pooling: Literal["cls", "last", "mean", "pooler"] | None = None
     steps: int | None = Field(default=None, ge=1, le=20)
     step_dropout: float | None = Field(default=None, ge=0.0, lt=1.0)
 

@@ -168,7 +168,8 @@ def predict_outputs(model: MultiTaskModel, task: TaskDef, split: TokenizedSplit,
         batches = tqdm(batches, desc=progress, unit="batch", file=sys.stderr, disable=None, leave=False)
     orders, outputs = [], []
     for rows in batches:
-        batch = collate([split[i] for i in rows], task, pad_token_id, pad_to_multiple_of)
+        batch = collate([split[i] for i in rows], task, pad_token_id, pad_to_multiple_of,
+                        padding_side=split.padding_side)
         types = batch.get("token_type_ids")
         extra = {"head_inputs": {k: v.to(device) for k, v in batch["head_inputs"].items()}} if "head_inputs" in batch else {}
         out = model(task.name, batch["input_ids"].to(device), batch["attention_mask"].to(device),

@@ -14,7 +14,7 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader
 
-from ..tasks.data import TokenizedSplit, collate, tokenized_split
+from ..tasks.data import TokenizedSplit, collate, pad_left, tokenized_split
 from ..modeling.losses import LOSSES
 from ..modeling.metrics import attach_split, average_score, build_metrics, compute_metrics, update_metrics
 from ..modeling.model import MultiTaskModel, load_encoder
@@ -57,6 +57,7 @@ class TaskCollator:
 
     With ``length_buckets`` (ascending lengths), each batch is padded to the shortest bucket that holds its
     longest sequence: a compiled encoder then sees a bounded set of sequence lengths (see :func:`bucket_length`).
+    A tokenizer that pads on the left (XLNet) gets its batches padded on the left (:func:`~mtdnn.tasks.data.pad_left`).
     """
 
     def __init__(self, tasks: list[TaskDef], pad_token_id: int, pad_to_multiple_of: int = 1,
@@ -70,6 +71,8 @@ class TaskCollator:
         batch = collate(features, task, self.pad_token_id, self.pad_to_multiple_of, self.tokenizer)
         if self.length_buckets:
             batch = pad_to_bucket(batch, self.length_buckets, self.pad_token_id)
+        if getattr(self.tokenizer, "padding_side", "right") == "left":  # XLNet: padding before the tokens
+            batch = pad_left(batch)
         batch["examples"] = sum(1 for f in features if f.get("weight", 1.0) > 0)
         if "global_examples" in features[0]:
             batch["global_examples"] = int(features[0]["global_examples"])

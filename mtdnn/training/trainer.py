@@ -316,6 +316,19 @@ def copy_matching_heads(model, export_dir: Path, tasks: dict[str, TaskDef]) -> l
     return copied
 
 
+def log_pooling(asked: dict[str, TaskDef], model) -> dict[str, TaskDef]:
+    """Log each task's pooling and whether the toolkit chose it; return the model's tasks (pooling resolved).
+
+    ``asked``: the task definitions as written; ``model``: the :class:`~mtdnn.modeling.model.MultiTaskModel` built
+    from them, whose ``tasks`` carry the pooling chosen for the encoder (recorded in ``config.yaml`` and the export).
+    """
+    family = getattr(model.encoder.config, "model_type", type(model.encoder).__name__)
+    for name, task in model.tasks.items():
+        how = f"chosen for the {family} encoder" if asked[name].head.pooling is None else "set by the task"
+        log.info("task '%s': head.pooling %s (%s)", name, task.head.pooling, how)
+    return dict(model.tasks)
+
+
 FAULT_ENV = "MTDNN_FAULT_AT_STEP"
 
 DIVERGED_EXIT_CODE = 3  # training stopped on a non-finite loss or gradient norm (2 is bad input)
@@ -472,12 +485,16 @@ def main(argv: list[str] | None = None) -> int:
         check_max_length(task, tokenizer, args.max_length,
                          "--max-length" if args.max_length else f"{args.task_defs}: task '{task.name}': max_length")
     pl.seed_everything(args.seed, workers=True, verbose=False)
-    module = MultiTaskModule(encoder, {n: t.to_plain() for n, t in tasks.items()}, lr=args.lr,
-                             weight_decay=args.weight_decay, warmup_ratio=args.warmup_ratio, dropout=args.dropout,
-                             trust_remote_code=args.trust_remote_code)
+    try:
+        module = MultiTaskModule(encoder, {n: t.to_plain() for n, t in tasks.items()}, lr=args.lr,
+                                 weight_decay=args.weight_decay, warmup_ratio=args.warmup_ratio, dropout=args.dropout,
+                                 trust_remote_code=args.trust_remote_code)
+    except ConfigError as err:  # a task's head does not fit the encoder: name the task-definition file
+        raise ConfigError(f"{args.task_defs}: {err}" if str(err).startswith("task '") else str(err)) from None
+    tasks = log_pooling(tasks, module.model)
     limit = getattr(module.model.encoder.config, "max_position_embeddings", None)
     longest = args.max_length or max(t.max_length for t in tasks.values())
-    if limit and longest > limit:
+    if limit and limit > 0 and longest > limit:  # XLNet: -1 (relative positions, no limit)
         raise ConfigError(f"max length {longest} (--max-length or a task's max_length) exceeds the encoder's "
                           f"{limit} positions")
     if init_export is not None:

@@ -109,7 +109,7 @@ def reused_head_state(export: Path, source_task: str, task: TaskDef) -> dict:
         problems.append(f"head type {old.head_type} vs {task.head_type}")
     if old.labels != task.labels:
         problems.append(f"labels {old.labels} vs {task.labels}")
-    if old.head.pooling != task.head.pooling:
+    if task.head.pooling is not None and old.head.pooling != task.head.pooling:  # unset: see resolve_encoder_spec
         problems.append(f"pooling {old.head.pooling} vs {task.head.pooling}")
     if problems:
         raise CheckpointError(f"{export}: --reuse-head {source_task}: the run's '{source_task}' head does not fit "
@@ -154,6 +154,11 @@ def resolve_encoder_spec(label: str, spec: str, task: TaskDef, reuse_head: str |
     except ConfigError as err:
         raise ConfigError(f"--encoders {label}: {err}") from None
     if encoder.head_state is not None:
+        chosen, old = model.tasks[task.name].head.pooling, load_export_tasks(encoder.export)[reuse_head].head.pooling
+        if chosen != old:  # the task sets no pooling and the encoder's default is not the head's
+            raise CheckpointError(f"{encoder.export}: --reuse-head {reuse_head}: the head was trained with pooling "
+                                  f"{old} but task '{task.name}' gets {chosen}; set head.pooling: {old} in its "
+                                  "definition")
         try:
             model.heads[task.name].load_state_dict(encoder.head_state)
         except RuntimeError as err:
