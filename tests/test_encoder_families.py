@@ -181,3 +181,20 @@ def test_layer_lists_per_family(encoders):
             select_layers(load_encoder(encoders[family]), [2, 1], "spec")
     with pytest.raises(ConfigError, match="must keep layer 0"):
         select_layers(load_encoder(encoders["modernbert"]), [1, 3], "spec")
+
+
+def test_the_run_log_says_which_pooling_was_chosen(encoders, caplog):
+    import logging
+
+    from mtdnn.modeling.model import MultiTaskModel, load_encoder
+    from mtdnn.tasks.taskdef import parse_tasks
+    from mtdnn.training.trainer import log_pooling
+
+    body = {"type": "classification", "text": ["a"], "label": "y", "labels": ["no", "yes"],
+            "splits": {"train": {"path": "x"}}}
+    asked = parse_tasks({"tasks": {"unset": body, "mean": {**body, "head": {"pooling": "mean"}}}}, "mem")
+    with caplog.at_level(logging.INFO, logger="mtdnn.train"):
+        resolved = log_pooling(asked, MultiTaskModel(load_encoder(encoders["xlnet"]), asked))
+    assert {n: t.head.pooling for n, t in resolved.items()} == {"unset": "last", "mean": "mean"}
+    assert "task 'unset': head.pooling last (chosen for the xlnet encoder)" in caplog.text
+    assert "task 'mean': head.pooling mean (set by the task)" in caplog.text
