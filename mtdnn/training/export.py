@@ -29,6 +29,7 @@ from safetensors.torch import save_file
 from ..errors import CheckpointError, ConfigError, UserError
 from ..fileio import (default_mode, make_dir, read_safetensors, read_yaml, write_json_atomic,
                       write_yaml_atomic)
+from ..modeling.heads import resolve_pooling
 from ..modeling.model import MultiTaskModel, load_encoder, load_tokenizer
 from ..tasks.taskdef import TaskDef, parse_tasks
 from .hf_export import write_hf_models
@@ -47,8 +48,10 @@ def export_model(model: MultiTaskModel, tokenizer, tasks: dict[str, TaskDef], ou
     """Write ``model`` (float32, on CPU) with its tokenizer and task definitions to ``out_dir`` atomically.
 
     Also writes ``hf/<task>/`` for the tasks :func:`mtdnn.training.hf_export.write_hf_models` can express, and
-    names the others in ``mtdnn_export.json``'s ``toolkit_only`` with the reason.
+    names the others in ``mtdnn_export.json``'s ``toolkit_only`` with the reason. ``tasks.yaml`` records every
+    task's pooling, the one chosen for the encoder where the task set none.
     """
+    tasks = resolve_pooling(tasks, model.encoder)
     out_dir = Path(out_dir)
     make_dir(out_dir.parent)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
