@@ -94,7 +94,7 @@ def convert_task(model: MultiTaskModel, task: TaskDef) -> Conversion:
         return Conversion(task.name, reason=f"head type '{task.head_type}': not a linear layer on the pooled output, "
                                             "which is all a *ForSequenceClassification head is")
     if task.head.pooling != "pooler":
-        pooled = "the first token" if task.head.pooling == "cls" else "the mean of tokens"
+        pooled = {"cls": "the first token", "last": "the last token"}.get(task.head.pooling, "the mean of tokens")
         return Conversion(task.name, reason=f"pooling '{task.head.pooling}': a linear layer on {pooled}, not on the "
                                             "encoder's pooled output as *ForSequenceClassification heads read it")
     encoder = model.encoder
