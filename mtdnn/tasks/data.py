@@ -590,9 +590,6 @@ def collate(features: list[dict[str, Any]], task: TaskDef, pad_token_id: int, pa
     moves every row's padding before its tokens (:func:`pad_left`; XLNet, whose summary token <cls> then sits in
     the last position of every row).
 
-    ``padding_side``: the tokenizer's; ``left`` puts the padding before the tokens (XLNet, whose summary token
-    <cls> then sits in the last position of every row).
-
     Returns a dict with ``task`` (name), ``input_ids``, ``attention_mask`` and, if present, ``token_type_ids``,
     each ``(batch * num_candidates, seq_len)`` int64 with ``seq_len`` the longest sequence rounded up to
     ``pad_to_multiple_of``; ``idx`` ``(batch,)`` row positions; ``weight`` ``(batch,)`` float32 (0 masks an
