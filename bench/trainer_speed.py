@@ -407,8 +407,10 @@ def table(results: dict) -> str:
         lines.append(f"| hf-reference ({ref['batch_size']}x{ref['seq_len']}) | {ref['batch_size']} | - | "
                      f"{ref['tokens_per_s']:,.0f} | - | - | {mfu} | - | {ref['first_step_seconds']:.0f} |")
     job = results.get("minilm-main")
-    if job:
-        best = job.get("best", {})
+    if job and "error" in job:
+        lines.append(f"\nmain job: failed ({job['error']})")
+    elif job:
+        best = job.get("best") or {}
         lines.append(f"\nmain job: exit {job['exit_code']}, {job['first_to_last_step_seconds']:.1f} s first to last "
                      f"optimizer step (target <= {TARGETS['main_job_seconds']:.0f}), "
                      f"{job['seconds_before_first_step']:.1f} s before the first step, first step "
