@@ -52,7 +52,7 @@ def load_encoder(name: str, trust_remote_code: bool = False) -> nn.Module:
     try:
         return AutoModel.from_pretrained(path, dtype=torch.float32, trust_remote_code=trust_remote_code)
     except Exception as err:  # missing files, damaged safetensors, unknown architectures: many types
-        raise ConfigError(f"--encoder {name!r}: cannot load a Hugging Face encoder from {path!r} ({err})") from None
+        raise ConfigError(f"encoder {name!r}: cannot load a Hugging Face encoder from {path!r} ({err})") from None
 
 
 def uses_segment_ids(config) -> bool:
@@ -79,7 +79,7 @@ def load_tokenizer(name: str, trust_remote_code: bool = False):
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
     except (OSError, ValueError, KeyError) as err:
-        raise ConfigError(f"--encoder {name!r}: cannot load its tokenizer from {path!r} ({err})") from None
+        raise ConfigError(f"encoder {name!r}: cannot load its tokenizer from {path!r} ({err})") from None
     if not getattr(tokenizer, "is_fast", False):
         raise ConfigError(f"--encoder {name!r}: the tokenizer at {path!r} is not a fast tokenizer")
     if len(tokenizer) < 100:  # transformers builds a near-empty tokenizer from a folder without tokenizer files
