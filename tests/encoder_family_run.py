@@ -86,6 +86,25 @@ def run(family: str, work: Path) -> dict:
         assert code == 0, err
     times["predict"] = time.perf_counter() - start
 
+    # 3b. The SAN answer module on the pair task: train, then predict raw pairs from the export.
+    start = time.perf_counter()
+    doc = yaml.safe_load(task_defs.read_text())
+    san_defs = work / "san-tasks.yaml"
+    san_defs.write_text(yaml.safe_dump({"tasks": {"overlap": {**doc["tasks"]["overlap"],
+                                                               "head": {"type": "san", "steps": 2}}}}))
+    san_run = work / "san-run"
+    assert trainer.main([str(san_defs), "--data-dir", data, "--encoder", encoder, "--batch-size", "8",
+                         "--eval-batch-size", "16", "--max-epochs", "1", "--lr", "1e-3", "--accelerator", "cpu",
+                         "--output-dir", str(san_run)]) == 0
+    code, err = exit_code(predict.main, [str(san_run / "export"), "--task", "overlap", "--input",
+                                         str(work / "pair.tsv"), "--format", "jsonl", "--output",
+                                         str(work / "san-overlap.jsonl")])
+    assert code == 0, err
+    san_rows = [json.loads(line) for line in (work / "san-overlap.jsonl").read_text().splitlines()]
+    result["san"] = {"dev": json.loads((san_run / "metrics.json").read_text())["best"]["tasks"]["overlap"],
+                     "predictions": len(san_rows),
+                     "probabilities_sum": [sum(r["probabilities"].values()) for r in san_rows]}
+    times["san"] = time.perf_counter() - start
     # 4. Bad input: a pooler pooling on an encoder without a pooler (exit 2 before any run directory exists).
     if not has_pooler(load_encoder(encoder)):
         doc = yaml.safe_load(task_defs.read_text())

@@ -81,6 +81,9 @@ def test_family_end_to_end(matrix, family, tmp_path):
         {"polarity": expected, "overlap": expected}
     # evaluate reproduces the run's own dev scores
     assert result["evaluate"] == result["dev"]
+    # the SAN answer module trains on the pair task (encoder_family_run.RAW_PAIR: three pairs) and its export predicts raw pairs (probabilities sum to 1)
+    assert result["san"]["predictions"] == 3 and 0 <= result["san"]["dev"]["accuracy"] <= 1
+    assert result["san"]["probabilities_sum"] == pytest.approx([1.0] * 3, abs=1e-5)
     # this process (not the one that trained) reloads the export and predicts the same raw text
     for task in ("polarity", "overlap"):
         raw = work / ("single.tsv" if task == "polarity" else "pair.tsv")
