@@ -77,7 +77,11 @@ def parse_yaml(text: str, source: str, error: type[UserError] = ConfigError) -> 
         ``error``: naming ``source`` and the line of the problem.
     """
     try:
-        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (_StrictLoader is a SafeLoader)
+        loader = _StrictLoader(text)  # a SafeLoader that refuses repeated keys, anchors and aliases
+        try:
+            return loader.get_single_data()
+        finally:
+            loader.dispose()
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         line = f" line {mark.line + 1}:" if mark is not None else ""
@@ -85,6 +89,16 @@ def parse_yaml(text: str, source: str, error: type[UserError] = ConfigError) -> 
         raise error(f"{source}:{line}{kind} {err.problem or err.context}") from None
     except yaml.YAMLError as err:
         raise error(f"{source}: not valid YAML: {err}") from None
+
+
+def _read_text(path: Path, error: type[UserError], what: str) -> str:
+    """The UTF-8 text of ``path``; ``error`` naming the file when it is missing, unreadable or not UTF-8."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise error(f"{path}: cannot read the {what} (file not found)") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise error(f"{path}: cannot read the {what} ({getattr(err, 'strerror', None) or err})") from None
 
 
 def read_yaml(path: str | Path, error: type[UserError] = ConfigError, what: str = "YAML file") -> Any:
@@ -99,13 +113,7 @@ def read_yaml(path: str | Path, error: type[UserError] = ConfigError, what: str 
         ``error``: unreadable, not UTF-8, not valid YAML, a repeated key, an anchor or alias (naming the file).
     """
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise error(f"{path}: cannot read the {what} (file not found)") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise error(f"{path}: cannot read the {what} ({getattr(err, 'strerror', None) or err})") from None
-    return parse_yaml(text, str(path), error)
+    return parse_yaml(_read_text(path, error, what), str(path), error)
 
 
 # ------------------------------------------------------------------------------------------------------- JSON
@@ -118,12 +126,7 @@ def read_json(path: str | Path, error: type[UserError] = CheckpointError, what: 
         ``error``: missing, unreadable or not valid JSON (naming the file and, for JSON errors, the line).
     """
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise error(f"{path}: cannot read the {what} (file not found)") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise error(f"{path}: cannot read the {what} ({getattr(err, 'strerror', None) or err})") from None
+    text = _read_text(path, error, what)
     try:
         return json.loads(text)
     except json.JSONDecodeError as err:
