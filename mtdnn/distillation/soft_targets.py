@@ -5,6 +5,12 @@ Each member's float32 logits (regression: predictions) over a split are a ``data
 ``logits`` in ``<teacher_dir>/<task>/logits/member-<k>-<split>/`` with ``fingerprint.json`` (data digest and row
 count, tokenizer, the member's export digest). Readers never trust row order: :func:`align` maps by id, and any
 difference in count, ids or fingerprint is a :class:`~mtdnn.errors.CheckpointError`.
+
+The shape of a row is the task type's (:mod:`mtdnn.tasks.types`): ``output_width`` values per example, or, for a
+type with ``soft_target_pieces`` (sequence labelling, span extraction), one row per row of the tokenized split (a
+sentence, a QA window ``<question id>#<window>``) holding ``(pieces, output_width)`` logits flattened, with the
+columns ``pieces`` (the count) and ``mask`` (the label mask), and ``shape: piece`` and ``pieces`` (the digest of
+the split's pieces) in the fingerprint (:mod:`mtdnn.distillation.piece_targets`).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import torch
 from ..errors import CheckpointError
 from ..fileio import default_mode, make_dir, read_json, read_yaml, write_json_atomic
 from ..tasks.taskdef import TaskDef
+from .piece_targets import PieceBatchTargets, PieceOutputs, pieces_digest, piece_outputs
 
 MANIFEST_FILE = "teachers.yaml"
 FINGERPRINT_FILE = "fingerprint.json"
@@ -94,7 +101,7 @@ def export_digest(export_dir: Path) -> str:
 
 def num_outputs(task: TaskDef) -> int:
     """Outputs per example, the soft targets' width: classes (classification), candidates (ranking),
-    1 (regression); the type's ``output_width``."""
+    1 (regression); per piece for per-piece types: tags, 2 (start, end); the type's ``output_width``."""
     return task.output_width
 
 
@@ -116,7 +123,9 @@ def member_outputs(export_dir: Path, task_name: str, split: str, data_dir: Path,
 
     Returns:
         ``(ids, outputs)``: ``outputs`` ``(examples, outputs)`` float32 in the split's row order (logits;
-        regression: predictions, ``outputs = 1``; ranking: candidate scores).
+        regression: predictions, ``outputs = 1``; ranking: candidate scores), or for a type with per-piece soft
+        targets the rows' ids (windows: ``<question id>#<window>``) and their
+        :class:`~mtdnn.distillation.piece_targets.PieceOutputs`.
     """
     from ..tasks.data import tokenized_split
     from ..training.export import load_export
@@ -125,18 +134,32 @@ def member_outputs(export_dir: Path, task_name: str, split: str, data_dir: Path,
     model, tokenizer, tasks = load_export(export_dir)  # in eval mode
     task = tasks[task_name]
     rows = tokenized_split(task, split, data_dir, tokenizer, max_length)
+    if task.task_type.soft_target_pieces is not None:
+        return list(rows.ids), piece_outputs(model.to(device), task, rows, tokenizer.pad_token_id or 0, batch_size,
+                                             device)
     outputs = predict_outputs(model.to(device), task, rows, tokenizer.pad_token_id or 0, batch_size, device=device)
     return list(rows.ids), outputs.reshape(len(rows), -1).numpy().astype(np.float32)
 
 
-def write_outputs(path: Path, ids: list[str], outputs: np.ndarray, fingerprint: dict) -> None:
+def write_outputs(path: Path, ids: list[str], outputs: np.ndarray | PieceOutputs, fingerprint: dict) -> None:
     """Save ``(id, logits)`` rows with ``datasets`` and ``fingerprint.json`` to a temporary directory, then
-    rename it into place (a reader sees the old cache or the new one, never half of one)."""
+    rename it into place (a reader sees the old cache or the new one, never half of one). Per-piece outputs
+    (:class:`~mtdnn.distillation.piece_targets.PieceOutputs`) also get the ``pieces`` and ``mask`` columns."""
     import datasets
 
-    features = datasets.Features({"id": datasets.Value("string"),
-                                  "logits": datasets.List(datasets.Value("float32"), length=outputs.shape[1])})
-    ds = datasets.Dataset.from_dict({"id": ids, "logits": outputs}, features=features)
+    if isinstance(outputs, PieceOutputs):
+        features = datasets.Features({"id": datasets.Value("string"), "pieces": datasets.Value("int32"),
+                                      "logits": datasets.List(datasets.Value("float32")),
+                                      "mask": datasets.List(datasets.Value("int8"))})
+        ds = datasets.Dataset.from_dict({"id": ids, "pieces": [len(r) for r in outputs.rows],
+                                         "logits": [r.reshape(-1) for r in outputs.rows], "mask": outputs.masks},
+                                        features=features)
+        fingerprint = {**fingerprint, "shape": "piece", "width": int(outputs.rows[0].shape[1]) if outputs.rows else 0,
+                       "pieces": outputs.pieces}
+    else:
+        features = datasets.Features({"id": datasets.Value("string"),
+                                      "logits": datasets.List(datasets.Value("float32"), length=outputs.shape[1])})
+        ds = datasets.Dataset.from_dict({"id": ids, "logits": outputs}, features=features)
     make_dir(path.parent)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     os.chmod(tmp, default_mode(directory=True))  # mkdtemp gives 0700
@@ -162,8 +185,9 @@ def read_fingerprint(path: Path) -> dict | None:
     return stored if isinstance(stored, dict) else None
 
 
-def read_outputs(path: Path) -> tuple[list[str], np.ndarray, dict]:
-    """``(ids, outputs (examples, outputs) float32, fingerprint)`` of a cache written by :func:`write_outputs`.
+def read_outputs(path: Path) -> tuple[list[str], np.ndarray | PieceOutputs, dict]:
+    """``(ids, outputs (examples, outputs) float32, fingerprint)`` of a cache written by :func:`write_outputs`;
+    per-piece caches give :class:`~mtdnn.distillation.piece_targets.PieceOutputs` as outputs.
 
     Raises:
         CheckpointError: the cache is missing or damaged.
@@ -175,14 +199,22 @@ def read_outputs(path: Path) -> tuple[list[str], np.ndarray, dict]:
         raise CheckpointError(f"{path}: cached teacher outputs not found (no {FINGERPRINT_FILE}); "
                               "build them with python -m mtdnn.teachers")
     try:
-        columns = datasets.load_from_disk(str(path)).with_format("numpy")[:]
+        ds = datasets.load_from_disk(str(path))
+        if fingerprint.get("shape") == "piece":
+            columns = ds.with_format("numpy")[:]
+            width = int(fingerprint["width"])
+            rows = [np.asarray(r, dtype=np.float32).reshape(-1, width) for r in columns["logits"]]
+            outputs = PieceOutputs(rows, [np.asarray(m).tolist() for m in columns["mask"]], fingerprint["pieces"])
+            return [str(i) for i in columns["id"]], outputs, fingerprint
+        columns = ds.with_format("numpy")[:]
     except Exception as err:  # datasets raises many types for a damaged directory
         raise CheckpointError(f"{path}: cannot read the cached teacher outputs ({err})") from None
     return [str(i) for i in columns["id"]], np.asarray(columns["logits"], dtype=np.float32), fingerprint
 
 
-def align(cached_ids: list[str], outputs: np.ndarray, ids: list[str], source: str) -> np.ndarray:
-    """Rows of ``outputs`` (keyed by ``cached_ids``) in the order of ``ids`` (which may be a subset).
+def align(cached_ids: list[str], outputs: np.ndarray | list, ids: list[str], source: str) -> np.ndarray | list:
+    """Rows of ``outputs`` (keyed by ``cached_ids``; an array, or a list of per-piece rows) in the order of ``ids``
+    (which may be a subset).
 
     Raises:
         CheckpointError: duplicate cached ids, or an id of the data absent from the cache (never a silent
@@ -195,18 +227,40 @@ def align(cached_ids: list[str], outputs: np.ndarray, ids: list[str], source: st
     if missing:
         raise CheckpointError(f"{source}: {len(missing)} example id(s) of the data are not in the cached teacher "
                               f"outputs (e.g. {missing[:3]}); they were computed for other data")
+    if isinstance(outputs, list):
+        return [outputs[position[i]] for i in ids]
     return outputs[[position[i] for i in ids]]
 
 
+class ExampleBatchTargets:
+    """The members' outputs ``(n, members, outputs)`` of a split's rows; a batch gets the rows ``batch["idx"]``."""
+
+    def __init__(self, outputs: torch.Tensor):
+        self.outputs = outputs
+
+    def for_batch(self, batch: dict) -> torch.Tensor:
+        return self.outputs[batch["idx"]]
+
+
+def batch_targets(rows: np.ndarray | list[np.ndarray]) -> ExampleBatchTargets | PieceBatchTargets:
+    """What a student's batches take their ``teacher_logits`` from: rows aligned to the training split,
+    ``(n, members, outputs)`` per example, or a list of per-piece ``(members, pieces, width)`` rows."""
+    if isinstance(rows, list):
+        return PieceBatchTargets([torch.from_numpy(np.ascontiguousarray(r, dtype=np.float32)) for r in rows])
+    return ExampleBatchTargets(torch.from_numpy(np.ascontiguousarray(rows, dtype=np.float32)))
+
+
 def teacher_outputs(teacher_dir: Path, task: TaskDef, split: str, data_dir: Path, ids: list[str],
-                    fingerprint: dict | None = None) -> np.ndarray:
+                    fingerprint: dict | None = None, rows=None) -> np.ndarray | list[np.ndarray]:
     """Every member's cached outputs for ``ids`` of a split, checked against the data and the members' exports.
 
     Args:
         fingerprint: :func:`data_fingerprint` of the split (computed when None).
+        rows: per-piece types: the reader's tokenized split, whose pieces and label masks the cache must have
+            (row ids ``ids``).
 
     Returns:
-        ``(len(ids), members, outputs)`` float32.
+        ``(len(ids), members, outputs)`` float32; per-piece types: per id, ``(members, pieces, width)`` float32.
 
     Raises:
         CheckpointError: no teachers for the task, a member's run, export or cache is missing, or a cache was
@@ -218,6 +272,10 @@ def teacher_outputs(teacher_dir: Path, task: TaskDef, split: str, data_dir: Path
         raise CheckpointError(f"{manifest_path}: no teachers for task '{task.name}' (teachers were built for "
                               f"{', '.join(manifest['tasks'])}); build them, or train the task on gold labels only")
     fingerprint = fingerprint or data_fingerprint(task, split, data_dir)
+    per_piece = task.task_type.soft_target_pieces is not None
+    if per_piece and rows is None:
+        raise ValueError(f"task '{task.name}': per-piece soft targets are read with the tokenized split (rows)")
+    count = len(rows) if per_piece else fingerprint["count"]  # rows of the tokenized split: sentences, windows
     stacked = []
     for member in manifest["tasks"][task.name]["members"]:
         k = member["member"]
@@ -228,16 +286,36 @@ def teacher_outputs(teacher_dir: Path, task: TaskDef, split: str, data_dir: Path
         path = logits_dir(teacher_dir, task.name, k, split)
         cached_ids, outputs, stored = read_outputs(path)
         where = path / FINGERPRINT_FILE
-        if stored.get("data") != fingerprint["digest"] or len(cached_ids) != fingerprint["count"]:
+        if stored.get("data") != fingerprint["digest"] or len(cached_ids) != count:
             raise CheckpointError(
                 f"{where}: field 'data': the cached outputs of task '{task.name}' ({split}, member {k}) were computed "
                 f"from another version of the data ({len(cached_ids)} rows, digest {stored.get('data')}; the data "
-                f"now has {fingerprint['count']} rows, digest {fingerprint['digest']}); rebuild the teachers")
+                f"now has {count} rows, digest {fingerprint['digest']}); rebuild the teachers")
         if stored.get("member_export") != export_digest(export):
             raise CheckpointError(f"{where}: field 'member_export': teacher member {k} of task '{task.name}' changed "
                                   f"since its outputs were cached; rerun python -m mtdnn.teachers")
+        if per_piece:
+            stacked.append(_piece_rows(cached_ids, outputs, stored, task, ids, rows, where))
+            continue
         if outputs.shape[1] != num_outputs(task):
             raise CheckpointError(f"{where}: {outputs.shape[1]} outputs per example, task '{task.name}' has "
                                   f"{num_outputs(task)}")
         stacked.append(align(cached_ids, outputs, ids, str(path)))
+    if per_piece:
+        return [np.stack(member_rows) for member_rows in zip(*stacked)]
     return np.stack(stacked, axis=1)
+
+
+def _piece_rows(cached_ids: list[str], outputs, stored: dict, task: TaskDef, ids: list[str], rows,
+                where: Path) -> list[np.ndarray]:
+    """One member's per-piece rows for ``ids``, checked: a per-piece cache of the task's width, computed on the
+    pieces of ``rows`` (the reader's tokenized split, row ids ``ids``) with the same label masks."""
+    if not isinstance(outputs, PieceOutputs) or stored.get("width") != num_outputs(task):
+        raise CheckpointError(f"{where}: not per-piece outputs of width {num_outputs(task)} (task '{task.name}' is "
+                              f"a {task.type} task); rebuild the teachers")
+    if stored.get("pieces") != pieces_digest(rows):
+        raise CheckpointError(f"{where}: field 'pieces': the cached outputs of task '{task.name}' were computed "
+                              "on other word pieces (another tokenizer, max_length or doc_stride)")
+    if align(cached_ids, outputs.masks, ids, str(where.parent)) != task.task_type.soft_target_pieces.mask(rows):
+        raise CheckpointError(f"{where}: the cached label masks of task '{task.name}' differ from the data's")
+    return align(cached_ids, outputs.rows, ids, str(where.parent))

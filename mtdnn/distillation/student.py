@@ -33,7 +33,8 @@ from ..errors import ConfigError, HelpFormatter, run_cli
 from ..fileio import prepare_output_dir, write_atomic, write_json_atomic, write_yaml_atomic
 from ..training.lightning import MultiTaskDataModule, MultiTaskModule
 from ..modeling.losses import DISTILLATION_LOSSES
-from .soft_targets import align, read_manifest, teacher_outputs
+from . import piece_targets
+from .soft_targets import align, batch_targets, read_manifest, teacher_outputs
 from .specs import FinetuneSpec, Spec, TeacherSpec, load_spec, yaml_float
 from ..tasks.taskdef import TaskDef, load_task_defs, select_tasks
 
@@ -134,16 +135,17 @@ class StudentSpec(Spec):
 
 class SoftTargetCollator:
     """Wraps the training loader's :class:`~mtdnn.training.lightning.TaskCollator`: a batch of a ``distill`` task also gets
-    ``teacher_logits`` ``(batch, members, outputs)`` float32, the rows ``batch["idx"]`` of the task's soft targets."""
+    ``teacher_logits`` ``(batch, members, outputs)`` float32, the rows ``batch["idx"]`` of the task's soft targets
+    (per-piece types: ``(batch, members, seq_len, width)``, :mod:`mtdnn.distillation.piece_targets`)."""
 
-    def __init__(self, base, teacher_logits: dict[int, torch.Tensor]):
+    def __init__(self, base, teacher_logits: dict):
         self.base, self.teacher_logits = base, teacher_logits
 
     def __call__(self, features: list[dict[str, Any]]) -> dict:
         batch = self.base(features)
         task_index = features[0].get("task_index", 0)
         if task_index in self.teacher_logits:
-            batch["teacher_logits"] = self.teacher_logits[task_index][batch["idx"]]
+            batch["teacher_logits"] = self.teacher_logits[task_index].for_batch(batch)
         return batch
 
 
@@ -162,7 +164,7 @@ class DistillationDataModule(MultiTaskDataModule):
                  soft_targets: dict[str, tuple[list[str], np.ndarray]], **kwargs):
         super().__init__(tasks, data_dir, tokenizer, **kwargs)
         self.soft_targets = soft_targets
-        self.teacher_logits: dict[int, torch.Tensor] = {}
+        self.teacher_logits: dict = {}  # task index -> batch_targets(...)
 
     def setup(self, stage: str | None = None) -> None:
         super().setup(stage)
@@ -171,7 +173,7 @@ class DistillationDataModule(MultiTaskDataModule):
             if name in self.soft_targets:
                 ids, outputs = self.soft_targets[name]
                 rows = align(ids, outputs, split.ids, f"soft targets of task '{name}'")
-                self.teacher_logits[index] = torch.from_numpy(np.ascontiguousarray(rows, dtype=np.float32))
+                self.teacher_logits[index] = batch_targets(rows)
 
     def train_dataloader(self) -> DataLoader:
         loader = super().train_dataloader()
@@ -187,6 +189,9 @@ class DistillationModule(MultiTaskModule):
         classification, ranking: alpha * T^2 * CE(q, softmax(s / T)) + (1 - alpha) * CE(s, gold),
                                  q = mean over members of softmax(z_m / T)
         regression:              alpha * (s - mean_m p_m)^2 + (1 - alpha) * (s - y)^2
+        sequence labelling:      the classification loss at each labelled piece, averaged over the sentence's
+        span extraction:         the classification loss on the start and on the end distribution over the
+                                 window's pieces, averaged (see mtdnn.modeling.token_heads)
 
     with the per-example weights and global normaliser of :mod:`mtdnn.modeling.losses` (DDP-correct). Other tasks keep
     their gold loss. Hyper-parameters are plain Python values (checkpoints load with ``weights_only=True``); the
@@ -449,6 +454,7 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", ".*does not have many workers.*")
     warnings.filterwarnings("ignore", ".*predefined batch sampler.*")
 
+    from ..modeling.model import load_tokenizer
     from ..tasks.data import check_files, resolve_data_dir
     from ..training.trainer import check_trainer_flags
 
@@ -475,8 +481,14 @@ def main(argv: list[str] | None = None) -> int:
     prepare_output_dir(args.output_dir or spec.output_dir,
                        "--output-dir" if args.output_dir else f"{student_path}: field 'output_dir'")
 
-    # 2. With a teacher spec, the teachers are built (or resumed) now.
+    # 2. With a teacher spec, the teachers are built (or resumed) now (per-piece soft targets: once the student's
+    # tokenizer is known to be the members').
     if teacher_spec is not None:
+        run = args.from_run or spec.from_run or teacher_spec.from_run
+        if run and piece_targets.piece_tasks([tasks[n] for n in spec.distill]):
+            source, _ = resolve_init(spec, student_path, run, teacher_dir)
+            piece_targets.check_before_build(load_tokenizer(source), source, run,
+                                             [tasks[n] for n in spec.distill], student_path)
         try:
             code, teacher_dir = teachers.build(teacher_spec, args.specs[0], data_dir, args.from_run, args.teachers_dir,
                                                teachers.trainer_flags(args), args.accelerator, args.retrain_changed)
@@ -515,9 +527,13 @@ def train_student(spec: StudentSpec, spec_path: str, tasks: dict[str, TaskDef], 
         raise ConfigError(f"{spec.task_defs}: {err}") from None
     soft_targets, teacher_report = {}, None
     distill = list(spec.distill)
+    if distill:  # per-piece soft targets: the teachers' tokenizer and pieces (ConfigError)
+        piece_targets.check_student(tokenizer, source, teacher_dir, [tasks[n] for n in distill], data_dir,
+                                    cfg.max_length, spec_path)
     for name in distill:
-        ids = tokenized_split(tasks[name], "train", data_dir, tokenizer, cfg.max_length).ids
-        soft_targets[name] = (ids, teacher_outputs(teacher_dir, tasks[name], "train", data_dir, ids))
+        rows = tokenized_split(tasks[name], "train", data_dir, tokenizer, cfg.max_length)
+        soft_targets[name] = (rows.ids, teacher_outputs(teacher_dir, tasks[name], "train", data_dir, rows.ids,
+                                                        rows=rows))
     if distill:
         teacher_report = teachers.summarize(teacher_dir, {n: tasks[n] for n in distill}, data_dir)
     datamodule = DistillationDataModule(tasks, data_dir, tokenizer, soft_targets, batch_size=cfg.batch_size,

@@ -40,7 +40,7 @@ from typing import Any
 
 import torch
 
-from . import soft_targets
+from . import piece_targets, soft_targets
 from ..errors import CheckpointError, ConfigError, HelpFormatter, run_cli
 from ..fileio import prepare_output_dir, read_json, read_yaml, write_atomic, write_json_atomic, write_yaml_atomic
 from .calibration import classification_summary, regression_summary, temperature_scaling
@@ -96,8 +96,13 @@ def pairwise_disagreement(task_type: str, outputs: torch.Tensor) -> list[dict]:
 
 
 def _split_outputs(teacher_dir: Path, task: TaskDef, split: str, data_dir: Path) -> tuple[torch.Tensor, torch.Tensor]:
-    """The members' cached outputs ``(n, members, outputs)`` on ``split`` and its gold labels ``(n,)``."""
+    """The members' cached outputs ``(n, members, outputs)`` on ``split`` and its gold labels ``(n,)``; for per-piece
+    soft targets, their distributions with a gold class (labelled pieces; windows' start and end) as the n examples
+    (:func:`mtdnn.distillation.piece_targets.report_inputs`)."""
     from ..tasks.data import load_split
+
+    if task.task_type.soft_target_pieces is not None:
+        return piece_targets.report_inputs(teacher_dir, task, split, data_dir)[:2]
 
     raw = load_split(task, split, data_dir)
     ids = [ex.id for ex in raw.examples]
@@ -151,7 +156,10 @@ def summarize(teacher_dir: Path, tasks: dict[str, TaskDef], data_dir: Path) -> d
         outputs, labels = split_outputs, split_labels  # dev
         if task.task_type.soft_targets == "probabilities":
             carried["temperature_scaling"] = {"split": "dev", **temperature_scaling(outputs, labels, seed=0)}
-        ensemble = score(task, ensemble_outputs(task.type, outputs), labels)
+        if task.task_type.soft_target_pieces is None:
+            ensemble = score(task, ensemble_outputs(task.type, outputs), labels)
+        else:  # the task's own metrics (entity F1, SQuAD EM/F1) of the averaged per-piece probabilities
+            ensemble = piece_targets.report_inputs(teacher_dir, task, "dev", data_dir)[2]
         ensemble_scores[name] = ensemble
         mean, std = _mean_std([m["score"] for m in members])
         pairs = pairwise_disagreement(task.type, outputs)
@@ -159,7 +167,10 @@ def summarize(teacher_dir: Path, tasks: dict[str, TaskDef], data_dir: Path) -> d
             log.warning("task '%s': the %d members make identical dev predictions; vary their seeds or dropout",
                         name, len(members))
         measure = ("mean absolute difference of predictions" if task.task_type.soft_targets == "mean"
-                   else "fraction of examples with a different predicted class")
+                   else "fraction of examples with a different predicted class"
+                   if task.task_type.soft_target_pieces is None
+                   else "fraction of soft-target distributions (labelled pieces; window starts and ends) with a "
+                        "different predicted class")
         report["tasks"][name] = {"metric": metric, "members": members, "mean": mean, "std": std,
                                  "ensemble": {"dev": ensemble, "score": ensemble[metric]},
                                  "disagreement": {"measure": measure, "pairs": pairs},

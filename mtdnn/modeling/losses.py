@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from .mlm import mlm_cross_entropy
-from .token_heads import span_cross_entropy, token_cross_entropy
+from .token_heads import span_cross_entropy, span_distillation_loss, token_cross_entropy, token_distillation_loss
 
 
 def _reduce(per_example: torch.Tensor, weight: torch.Tensor, normalizer: float) -> torch.Tensor:
@@ -119,4 +119,8 @@ def distillation_mse(student_scores: torch.Tensor, teacher_predictions: torch.Te
 
 
 DISTILLATION_LOSSES = {"cross_entropy": distillation_cross_entropy, "mse": distillation_mse,
-                       "ranking_cross_entropy": distillation_cross_entropy}
+                       "ranking_cross_entropy": distillation_cross_entropy,
+                       "token_cross_entropy": token_distillation_loss, "span_cross_entropy": span_distillation_loss}
+"""A task's loss name -> its distillation loss: ``(student outputs, teacher_logits, labels, weight, normalizer,
+temperature, alpha, student_tempered=...)``. Teacher outputs per example ``(batch, members, outputs)``, or per piece
+``(batch, members, seq_len, width)`` for the token-level types (:mod:`mtdnn.modeling.token_heads`)."""

@@ -92,14 +92,20 @@ def span_cross_entropy(logits: torch.Tensor, positions: torch.Tensor, weight: to
 
 def token_distillation_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, labels: torch.Tensor,
                             weight: torch.Tensor, normalizer: float, temperature: float = 1.0,
-                            alpha: float = 0.5) -> torch.Tensor:
+                            alpha: float = 0.5, student_tempered: torch.Tensor | None = None) -> torch.Tensor:
     """Knowledge distillation of sequence labelling: per labelled piece, soft cross-entropy to the teacher
-    members' mean class distribution, mixed with the gold cross-entropy (Hinton et al. 2015, arXiv 1503.02531)::
+    members' mean class distribution, mixed with the gold cross-entropy (Hinton et al. 2015, arXiv 1503.02531;
+    the prediction-layer loss of DistilBERT, arXiv 1910.01108, and TinyBERT, arXiv 1909.10351 eq. 10, applied to
+    each piece)::
 
-        l = alpha * T^2 * ( - sum_c q_c log softmax(s / T)_c ) + (1 - alpha) * CE(s, gold)
+        l = alpha * T^2 * ( - sum_c q_c log softmax(s / T)_c ) + (1 - alpha) * CE(s, gold),
+        q = (1/M) sum_m softmax(z_m / T)
 
-    averaged over the example's labelled pieces. ``student_logits`` ``(batch, seq_len, tags)``,
-    ``teacher_logits`` ``(batch, members, seq_len, tags)``, ``labels`` ``(batch, seq_len)``.
+    averaged over the example's labelled pieces (``labels != IGNORE``: the first piece of each word; other
+    pieces, special tokens and padding count for nothing, whatever the teacher's logits there).
+    ``student_logits`` ``(batch, seq_len, tags)``, ``teacher_logits`` ``(batch, members, seq_len, tags)``,
+    ``labels`` ``(batch, seq_len)``. ``student_tempered`` (the head's ``s / T``) is accepted for the uniform
+    signature of :data:`mtdnn.modeling.losses.DISTILLATION_LOSSES`; the token head's is exactly ``s / T``.
     """
     q = F.softmax(teacher_logits.float() / temperature, dim=-1).mean(dim=1)
     soft = -(q * F.log_softmax(student_logits.float() / temperature, dim=-1)).sum(-1)
@@ -112,16 +118,17 @@ def token_distillation_loss(student_logits: torch.Tensor, teacher_logits: torch.
 
 def span_distillation_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, positions: torch.Tensor,
                            weight: torch.Tensor, normalizer: float, temperature: float = 1.0,
-                           alpha: float = 0.5) -> torch.Tensor:
+                           alpha: float = 0.5, student_tempered: torch.Tensor | None = None) -> torch.Tensor:
     """Knowledge distillation of span extraction, on the start and on the end distributions over the window's
     pieces, as DistilBERT (Sanh et al. 2019, arXiv 1910.01108) and TinyBERT's prediction layer (Jiao et al.
     2020, arXiv 1909.10351, eq. 10) distil SQuAD::
 
         l = alpha * T^2 * (SCE(start) + SCE(end)) / 2 + (1 - alpha) * (CE(start) + CE(end)) / 2
 
-    with SCE the soft cross-entropy to the members' mean softmax at temperature T. ``student_logits``
-    ``(batch, seq_len, 2)``, ``teacher_logits`` ``(batch, members, seq_len, 2)`` (padding positions hold
-    :data:`MASKED`), ``positions`` ``(batch, 2)``.
+    with SCE the soft cross-entropy to the members' mean softmax at temperature T, each distribution over the
+    window's pieces. ``student_logits`` ``(batch, seq_len, 2)``, ``teacher_logits`` ``(batch, members, seq_len,
+    2)`` (padding positions hold :data:`MASKED`, so q is 0 there), ``positions`` ``(batch, 2)`` (or the batch's
+    ``(batch, 3)`` labels). ``student_tempered``: accepted for the uniform signature (the span head's is ``s / T``).
     """
     total = 0.0
     for side in (0, 1):

@@ -73,13 +73,28 @@ def _check_formats(task: TaskDef, fmt: str) -> None:
 
 
 def tagging_width(task: TaskDef) -> int:
-    """Outputs per example as soft targets would see them: ``max_length * tags`` (per-piece distributions)."""
-    return task.max_length * len(task.labels or [])
+    """Outputs per piece, the width of per-piece soft targets: one logit per tag."""
+    return len(task.labels or [])
 
 
 def span_width(task: TaskDef) -> int:
-    """Outputs per window as soft targets would see them: ``max_length * 2`` (start and end distributions)."""
-    return task.max_length * 2
+    """Outputs per piece, the width of per-piece soft targets: 2, the start and end logits."""
+    return 2
+
+
+def first_piece_mask(split) -> list[list[int]]:
+    """Per row of a tokenized sequence-labelling split, 1 on the first piece of each word (the pieces that carry
+    a tag), from its ``word_ids`` (-1: special tokens)."""
+    masks = []
+    for word_ids in split.features["word_ids"]:
+        masks.append([int(w >= 0 and (i == 0 or w != word_ids[i - 1])) for i, w in enumerate(word_ids)])
+    return masks
+
+
+def window_mask(split) -> list[list[int]]:
+    """Per window of a tokenized span-extraction split, 1 on every piece: the start and end distributions range
+    over the whole window (question and special pieces included, as the head's softmax does)."""
+    return [[1] * n for n in split.lengths]
 
 
 # ------------------------------------------------------------------------------------------------ reading

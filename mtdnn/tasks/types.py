@@ -29,6 +29,24 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
+class SoftTargetPieces:
+    """The shape of per-piece soft targets (token-level types), as the teacher build caches them and the student
+    reads them: for each row of a tokenized split (a sentence, a QA window) the members' logits
+    ``(pieces, output_width)`` over the row's real pieces, with a label mask.
+
+    Attributes:
+        mask: a tokenized split -> per row, 1 on each piece that carries a label (sequence labelling: the first
+            piece of each word; span extraction: every piece of the window), 0 elsewhere.
+        over: what one soft-target distribution ranges over: ``classes`` (at each piece, a distribution over the
+            ``output_width`` classes: tags) or ``pieces`` (for each of the ``output_width`` columns, a distribution
+            over the row's pieces: start and end).
+    """
+
+    mask: Callable[[Any], list[list[int]]]
+    over: Literal["classes", "pieces"]
+
+
+@dataclass(frozen=True)
 class TaskType:
     """What one task type does at each stage of the pipeline.
 
@@ -40,7 +58,8 @@ class TaskType:
             given (the first one selects the best epoch).
         check: the type's own rules of a definition; raises ValueError with the reason.
         num_outputs: output units of the head per encoded sequence.
-        output_width: outputs per example as the metrics and soft targets see them (classes, candidates, 1).
+        output_width: outputs per example as the metrics and soft targets see them (classes, candidates, 1); per
+            piece for types with ``soft_target_pieces`` (tags; 2, start and end).
         make_examples: a parsed file row ``{column: text}`` and its line -> the examples it holds (ids and labels
             are set by the caller).
         parse_label: a label field -> the label (class id, score, index); raises ValueError. None: the type
@@ -55,6 +74,9 @@ class TaskType:
         decode: head outputs -> one prediction dict per example (``mtdnn.predict``).
         soft_targets: how teacher members' outputs are combined (``probabilities``: mean of softmax, ``mean``:
             mean prediction), or None when the type cannot be distilled.
+        soft_target_pieces: None when a soft target is one row of ``output_width`` values per example (the
+            sentence-level types); else the soft targets are per word piece, ``(pieces, output_width)`` per row of
+            the tokenized split, and :class:`SoftTargetPieces` says which pieces and along which axis.
         selected: whether the task's first dev metric counts in the dev average that selects the best epoch.
         read_file: for types whose files are not tables of rows (``conll``, ``squad``): ``(task, split, path)``
             -> the examples of the whole file; None: rows of a tsv/csv/jsonl table, each by ``make_examples``.
@@ -78,6 +100,7 @@ class TaskType:
     soft_targets: Literal["probabilities", "mean"] | None
     selected: bool = True
     read_file: Callable[[TaskDef, str, Any], list] | None = None
+    soft_target_pieces: SoftTargetPieces | None = None
 
 
 TASK_TYPES: dict[str, TaskType] = {
@@ -113,14 +136,16 @@ TASK_TYPES: dict[str, TaskType] = {
         metrics=token.TAGGING_METRICS, default_metrics=token.TAGGING_METRICS, check=token.check_sequence_labelling,
         num_outputs=lambda task: len(task.labels), output_width=token.tagging_width, make_examples=token.file_only,
         parse_label=token.parse_tag, tokenize=token.tokenize_tagging, collate=token.collate_tags,
-        head_outputs=token.as_is, metric_inputs=token.first_piece_tags, decode=token.decode_tags, soft_targets=None,
-        read_file=token.read_file),
+        head_outputs=token.as_is, metric_inputs=token.first_piece_tags, decode=token.decode_tags,
+        soft_targets="probabilities", read_file=token.read_file,
+        soft_target_pieces=SoftTargetPieces(mask=token.first_piece_mask, over="classes")),
     "span_extraction": TaskType(
         name="span_extraction", heads=("span",), losses=("span_cross_entropy",), metrics=token.SPAN_METRICS,
         default_metrics=token.SPAN_METRICS, check=token.check_span_extraction, num_outputs=lambda task: 2,
         output_width=token.span_width, make_examples=token.file_only, parse_label=token.parse_answers,
         tokenize=token.tokenize_spans, collate=token.collate_windows, head_outputs=token.as_is,
-        metric_inputs=token.window_logits, decode=token.decode_windows, soft_targets=None, read_file=token.read_file),
+        metric_inputs=token.window_logits, decode=token.decode_windows, soft_targets="probabilities",
+        read_file=token.read_file, soft_target_pieces=SoftTargetPieces(mask=token.window_mask, over="pieces")),
 }
 
 
