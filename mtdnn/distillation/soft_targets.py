@@ -203,7 +203,7 @@ def read_outputs(path: Path) -> tuple[list[str], np.ndarray | PieceOutputs, dict
         if fingerprint.get("shape") == "piece":
             columns = ds.with_format("numpy")[:]
             width = int(fingerprint["width"])
-            rows = [np.asarray(r, dtype=np.float32).reshape(-1, width) for r in columns["logits"]]
+            rows = [np.array(r, dtype=np.float32).reshape(-1, width) for r in columns["logits"]]  # writable copies
             outputs = PieceOutputs(rows, [np.asarray(m).tolist() for m in columns["mask"]], fingerprint["pieces"])
             return [str(i) for i in columns["id"]], outputs, fingerprint
         columns = ds.with_format("numpy")[:]

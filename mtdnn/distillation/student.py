@@ -189,9 +189,10 @@ class DistillationModule(MultiTaskModule):
         classification, ranking: alpha * T^2 * CE(q, softmax(s / T)) + (1 - alpha) * CE(s, gold),
                                  q = mean over members of softmax(z_m / T)
         regression:              alpha * (s - mean_m p_m)^2 + (1 - alpha) * (s - y)^2
-        sequence labelling:      the classification loss at each labelled piece, averaged over the sentence's
-        span extraction:         the classification loss on the start and on the end distribution over the
-                                 window's pieces, averaged (see mtdnn.modeling.token_heads)
+        sequence labelling:      the classification loss at each labelled piece (a word's first), averaged
+                                 over the sentence's labelled pieces
+        span extraction:         the mean of the classification losses of the start and of the end
+                                 distribution over the window's pieces (see mtdnn.modeling.token_heads)
 
     with the per-example weights and global normaliser of :mod:`mtdnn.modeling.losses` (DDP-correct). Other tasks keep
     their gold loss. Hyper-parameters are plain Python values (checkpoints load with ``weights_only=True``); the
