@@ -310,11 +310,14 @@ def hf_reference(args, budget: Budget) -> dict:
 
 
 def main_job(args, budget: Budget, encoder: str) -> dict:
-    """``python -m mtdnn.train`` in process, with a callback that times the optimizer steps."""
+    """``python -m mtdnn.train``'s code path in process (:func:`mtdnn.training.trainer.fit` of a TrainConfig), with a
+    callback that times the optimizer steps."""
     import pytorch_lightning as pl
     import torch
 
+    from mtdnn.errors import RunStopped
     from mtdnn.training import trainer as train_cli
+    from mtdnn.training.config import TrainConfig
 
     device = torch.device(args.device)
     marks: dict[str, float] = {}
@@ -335,27 +338,28 @@ def main_job(args, budget: Budget, encoder: str) -> dict:
     engineering = train_cli.engineering_callbacks
     train_cli.engineering_callbacks = lambda *a, **k: [*engineering(*a, **k), Times()]
     run_dir = Path(tempfile.mkdtemp(prefix="bench-main-")) / "run"
-    argv = [str(ROOT / "task_defs" / "glue.yaml"), "--tasks", TASKS, "--data-dir", args.data_dir, "--encoder",
-            encoder, "--accelerator", args.accelerator, "--devices", "1", "--precision", args.precision,
-            "--output-dir", str(run_dir), "--sdpa-backend", args.sdpa_backend, "--pad-to-multiple-of", "8"]
+    settings = {"task_defs": str(ROOT / "task_defs" / "glue.yaml"), "tasks": TASKS.split(","),
+                "data_dir": args.data_dir, "encoder": encoder, "accelerator": args.accelerator, "devices": 1,
+                "precision": args.precision, "output_dir": str(run_dir), "sdpa_backend": args.sdpa_backend,
+                "pad_to_multiple_of": 8}
     if args.compile != "none":
-        argv += ["--compile", args.compile]
-        if args.length_buckets:
-            argv += ["--length-buckets", ",".join(map(str, args.length_buckets))]
-        if args.cuda_graphs:
-            argv += ["--cuda-graphs"]
+        settings.update(compile=args.compile, length_buckets=args.length_buckets or None,
+                        cuda_graphs=bool(args.cuda_graphs))
     if args.tiny:
-        argv += ["--limit-train-examples", "16", "--max-epochs", "1"]
+        settings.update(limit_train_examples=16, max_epochs=1)
     start = time.perf_counter()
     try:
-        code = train_cli.main(argv)
+        train_cli.fit(TrainConfig(**settings))
+        code = 0
+    except RunStopped as err:
+        code = err.exit_code
     finally:
         train_cli.engineering_callbacks = engineering
     wall = time.perf_counter() - start
     metrics = json.loads((run_dir / "metrics.json").read_text()) if code == 0 else None
     seeds = [json.loads(p.read_text())["best"] for p in sorted((ROOT / "bench" / "results").glob(
         "glue-4task-seed4*-metrics.json"))]
-    result = {"exit_code": code, "argv": argv[1:], "wall_seconds": wall,
+    result = {"exit_code": code, "config": settings, "wall_seconds": wall,
               "seconds_before_first_step": marks.get("first_step_start", start) - start,
               "first_step_seconds": marks.get("first_step_end", 0) - marks.get("first_step_start", 0),
               "first_to_last_step_seconds": marks.get("last_step_end", 0) - marks.get("first_step_end", 0)}

@@ -2,9 +2,29 @@
 
 The subpackages follow the pipeline, and a lower stage never imports a higher one:
 task definitions, data and schedules (:mod:`mtdnn.tasks`) -> encoder, heads, losses and metrics
-(:mod:`mtdnn.modeling`) -> Lightning module, Trainer, run directory and export (:mod:`mtdnn.training`)
--> teachers, soft targets and student (:mod:`mtdnn.distillation`); evaluate, predict and transfer
-(:mod:`mtdnn.evaluation`). ``python -m mtdnn.<command>`` runs each command.
+(:mod:`mtdnn.modeling`) -> TrainConfig, Lightning module, Trainer, run directory and export
+(:mod:`mtdnn.training`) -> teachers, soft targets and student (:mod:`mtdnn.distillation`); evaluate, predict and
+transfer (:mod:`mtdnn.evaluation`). On top: the Python API (:mod:`mtdnn.api`, re-exported here and imported on
+first use, so ``import mtdnn`` stays light) and the command-line glue (:mod:`mtdnn.cli`); ``python -m
+mtdnn.<command>`` runs each command.
 """
 
 __version__ = "0.1.0"
+
+_API = ("TrainConfig", "Run", "TrainedModel", "fit", "load", "build_teachers", "distill", "transfer")
+__all__ = list(_API)
+
+
+_COMMANDS = ("distill", "transfer")  # also the python -m entry points: callable modules (mtdnn.cli.callable_command)
+
+
+def __getattr__(name: str):
+    if name in _COMMANDS:
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")
+    if name in _API:
+        from . import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'mtdnn' has no attribute {name!r}")

@@ -1,6 +1,6 @@
-"""``python -m mtdnn.diagnose``: the command; the code is in :mod:`mtdnn.evaluation.diagnostics`."""
+"""``python -m mtdnn.diagnose``: the command (:mod:`mtdnn.cli.diagnose`); the code is in :mod:`mtdnn.evaluation.diagnostics`."""
 
-from .evaluation.diagnostics.command import cli, main
+from .cli.diagnose import cli, main
 
 __all__ = ["cli", "main"]
 

@@ -1,6 +1,9 @@
-"""``python -m mtdnn.distill``: the command; the code is in :mod:`mtdnn.distillation.student`."""
+"""``python -m mtdnn.distill``: the command (:mod:`mtdnn.cli.distill`); the student is :mod:`mtdnn.distillation.student`."""
 
-from .distillation.student import cli, main
+from .cli import callable_command
+from .cli.distill import cli, main
+
+callable_command(__name__, "distill")  # mtdnn.distill(...) is also the API function :func:`mtdnn.api.distill`
 
 __all__ = ["cli", "main"]
 

@@ -29,6 +29,61 @@ class CheckpointError(UserError):
     """A run directory, checkpoint or export is missing, incomplete or does not match."""
 
 
+def format_validation_error(source: str, err, flags: bool = False) -> str:
+    """One line per problem of a pydantic ``ValidationError``: ``SOURCE: field 'a.b': what is wrong (value: ...)``.
+
+    With ``flags``, a field is named as its command-line flag (``--warmup-ratio``).
+    """
+    lines = []
+    for e in err.errors():
+        msg = e["msg"].removeprefix("Value error, ")
+        if not e["loc"]:  # a check across fields names its fields itself
+            lines.append(f"{source}: {msg}")
+            continue
+        path = ".".join(str(p) for p in e["loc"])
+        where = f"--{str(e['loc'][0]).replace('_', '-')}" if flags else f"field '{path}'"
+        shown = repr(e.get("input"))
+        lines.append(f"{source}: {where}: {msg} (value: {shown[:200] + '...' if len(shown) > 200 else shown})")
+    return "\n".join(lines)
+
+
+def validate(model, raw, source: str, flags: bool = False):
+    """``model.model_validate(raw)`` for a pydantic model; problems become one :class:`ConfigError`.
+
+    Raises:
+        ConfigError: one line per problem (:func:`format_validation_error`).
+    """
+    from pydantic import ValidationError
+
+    try:
+        return model.model_validate(raw)
+    except ValidationError as err:
+        raise ConfigError(format_validation_error(source, err, flags=flags)) from None
+
+
+class RunStopped(Exception):
+    """A training run that stopped before completing, after saving what it could; not a user error.
+
+    ``exit_code`` is the command's; ``label`` starts the line the command prints.
+    """
+
+    label = "error"
+
+    def __init__(self, message: str, exit_code: int):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class Interrupted(RunStopped):
+    """Stopped by Ctrl-C (exit code 130) or SIGTERM (143); ``--resume`` continues it."""
+
+    label = "interrupted"
+
+
+class Diverged(RunStopped):
+    """Stopped on a non-finite loss or gradient norm (exit code 3); the last checkpoint before it is kept."""
+
+
 def run_cli(main: Callable[[list[str] | None], int | None], argv: list[str] | None = None) -> None:
     """Run ``main(argv)``; exit 2 with a one-line message on :class:`UserError`.
 
@@ -41,6 +96,9 @@ def run_cli(main: Callable[[list[str] | None], int | None], argv: list[str] | No
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         sys.exit(2)
+    except RunStopped as err:
+        print(f"{err.label}: {err}", file=sys.stderr)
+        sys.exit(err.exit_code)
     sys.exit(code or 0)
 
 

@@ -1,6 +1,6 @@
-"""``python -m mtdnn.evaluate``: the command; the code is in :mod:`mtdnn.evaluation.evaluate`."""
+"""``python -m mtdnn.evaluate``: the command (:mod:`mtdnn.cli.evaluate`); the code is in :mod:`mtdnn.evaluation.evaluate`."""
 
-from .evaluation.evaluate import cli, main
+from .cli.evaluate import cli, main
 
 __all__ = ["cli", "main"]
 

@@ -1,6 +1,6 @@
-"""``python -m mtdnn.predict``: the command; the code is in :mod:`mtdnn.evaluation.predict`."""
+"""``python -m mtdnn.predict``: the command (:mod:`mtdnn.cli.predict`); the code is in :mod:`mtdnn.evaluation.predict`."""
 
-from .evaluation.predict import cli, main
+from .cli.predict import cli, main
 
 __all__ = ["cli", "main"]
 

@@ -1,6 +1,6 @@
-"""``python -m mtdnn.teachers``: the command; the code is in :mod:`mtdnn.distillation.teachers`."""
+"""``python -m mtdnn.teachers``: the command (:mod:`mtdnn.cli.teachers`); the build is :mod:`mtdnn.distillation.teachers`."""
 
-from .distillation.teachers import cli, main
+from .cli.teachers import cli, main
 
 __all__ = ["cli", "main"]
 

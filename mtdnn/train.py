@@ -1,6 +1,6 @@
-"""``python -m mtdnn.train``: the command; the code is in :mod:`mtdnn.training.trainer`."""
+"""``python -m mtdnn.train``: the command (:mod:`mtdnn.cli.train`); the training is :func:`mtdnn.training.trainer.fit`."""
 
-from .training.trainer import cli, main
+from .cli.train import cli, main
 
 __all__ = ["cli", "main"]
 

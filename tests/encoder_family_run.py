@@ -42,11 +42,10 @@ def exit_code(main, argv: list[str]) -> tuple[int, str]:
 
 def run(family: str, work: Path) -> dict:
     from encoder_families import build_encoder, write_tasks
-    from mtdnn.distillation import student as distill
-    from mtdnn.evaluation import evaluate, predict
+    from mtdnn.cli import distill, evaluate, predict
+    from mtdnn.cli import train as trainer
     from mtdnn.modeling.heads import has_pooler
     from mtdnn.modeling.model import load_encoder
-    from mtdnn.training import trainer
 
     times, result = {}, {"family": family}
     start = time.perf_counter()
@@ -62,7 +61,7 @@ def run(family: str, work: Path) -> dict:
                          "--eval-batch-size", "16", "--max-epochs", "1", "--lr", "1e-3", "--accelerator", "cpu",
                          "--output-dir", str(run_dir)]) == 0
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
-    result["pooling"] = {n: t["head"]["pooling"] for n, t in config["tasks"].items()}
+    result["pooling"] = {n: t["head"]["pooling"] for n, t in config["resolved"]["tasks"].items()}
     result["export_pooling"] = {n: t["head"]["pooling"] for n, t in
                                 yaml.safe_load((run_dir / "export" / "tasks.yaml").read_text())["tasks"].items()}
     metrics = json.loads((run_dir / "metrics.json").read_text())
@@ -145,7 +144,7 @@ def run(family: str, work: Path) -> dict:
                          student_config.get("n_layers", student_config.get("n_layer"))),
                          "layer_types": student_config.get("layer_types"),
                          "pooling": {n: t["head"]["pooling"] for n, t in yaml.safe_load(
-                             (work / "student" / "config.yaml").read_text())["tasks"].items()},
+                             (work / "student" / "config.yaml").read_text())["resolved"]["tasks"].items()},
                          "report": json.loads((work / "student" / "report.json").read_text())["student"]["run"]}
     times["distil"] = time.perf_counter() - start
     result["seconds"] = {k: round(v, 2) for k, v in times.items()}

@@ -12,10 +12,10 @@ import yaml
 
 from mtdnn.errors import ConfigError, DataError, run_cli
 from mtdnn.evaluation.diagnostics import arct, cues, hans, partial_input
-from mtdnn.evaluation.diagnostics import command as diagnose
+from mtdnn.cli import diagnose
 from mtdnn.tasks.data import Example, load_split, tokenize_examples
 from mtdnn.tasks.taskdef import load_task_defs, parse_tasks
-from mtdnn.training import trainer as train
+from mtdnn import train
 
 ROOT = Path(__file__).resolve().parents[1]
 GLUE = load_task_defs(ROOT / "task_defs" / "glue.yaml")
@@ -333,7 +333,7 @@ def test_partial_input_trains_through_the_trainer_beside_majority_and_full(data_
     assert set(result["variants"]) == {"hypothesis-only", "full"}
     assert result["variants"]["hypothesis-only"]["text"] == ["sentence2"]
     config = yaml.safe_load((out / "hypothesis-only-seed1" / "config.yaml").read_text())
-    assert config["tasks"]["rte"]["text"] == ["sentence2"]  # the run itself read one column
+    assert config["resolved"]["tasks"]["rte"]["text"] == ["sentence2"]  # the run itself read one column
     assert 0 <= result["variants"]["full"]["dev"]["mean"] <= 1 and (out / "diagnose-partial-input.png").is_file()
     assert "majority class" in capsys.readouterr().out
 

@@ -13,6 +13,7 @@ import yaml
 
 from mtdnn.distillation import soft_targets
 
+from mtdnn import teachers as teachers_cmd
 from mtdnn.distillation import teachers
 from mtdnn.errors import CheckpointError, ConfigError, run_cli
 from mtdnn.modeling.losses import (distillation_cross_entropy, distillation_mse, ensemble_prediction, ensemble_probabilities,
@@ -183,8 +184,8 @@ class Spy:
         return self.fn(*args, **kwargs)
 
 
-def member_of(argv):
-    return (argv[argv.index("--tasks") + 1], Path(argv[argv.index("--output-dir") + 1]).name)
+def member_of(config, **kwargs):
+    return (config.tasks[0], Path(config.output_dir).name)
 
 
 def outputs_of(export_dir, task_name, split, *args, **kwargs):
@@ -194,29 +195,30 @@ def outputs_of(export_dir, task_name, split, *args, **kwargs):
 @pytest.fixture(scope="module")
 def world(tmp_path_factory, data_dir, tiny_encoder):
     """A multi-task run on data slices, then a teacher build that is interrupted, resumed and rerun."""
+    from mtdnn.train import main as train_main
     from mtdnn.training import trainer as train
 
     base = tmp_path_factory.mktemp("kd")
     data = slice_data(data_dir, base / "data")
     mt_run = base / "mt"
-    assert train.main([GLUE, "--tasks", "rte,stsb", "--data-dir", str(data), "--encoder", tiny_encoder, "--batch-size",
+    assert train_main([GLUE, "--tasks", "rte,stsb", "--data-dir", str(data), "--encoder", tiny_encoder, "--batch-size",
                        "16", "--max-epochs", "1", "--accelerator", "cpu", "--output-dir", str(mt_run)]) == 0
     spec = write_yaml(base / "teachers.yaml", {
         "task_defs": GLUE, "from_run": str(mt_run), "output_dir": str(base / "teachers"), "tasks": ["rte", "stsb"],
         "members": 2, "vary": {"seed": [1, 2], "dropout": [0.1, 0.2]},
         "finetune": {"max_epochs": 1, "batch_size": 16, "lr": "1e-3"}})
     args = [spec, "--data-dir", str(data), "--accelerator", "cpu"]
-    real_train, real_outputs = train.main, soft_targets.member_outputs
+    real_train, real_outputs = train.fit, soft_targets.member_outputs
     runs = {}
     with pytest.MonkeyPatch.context() as mp:
         for attempt in ("interrupted", "resumed", "rerun"):
-            trained = Spy(real_train, lambda argv: member_of(argv),
+            trained = Spy(real_train, member_of,
                           fault_on=("stsb", "member-2") if attempt == "interrupted" else None, monkeypatch=mp)
             computed = Spy(real_outputs, outputs_of)
-            mp.setattr(train, "main", trained)
+            mp.setattr(train, "fit", trained)
             mp.setattr(soft_targets, "member_outputs", computed)
             stamps = {p: p.stat().st_mtime_ns for p in (base / "teachers").rglob("*.json")}
-            code = teachers.main(args)
+            code = teachers_cmd.main(args)
             complete = sorted(f"{p.parent.parent.name}/{p.parent.name}"
                               for p in (base / "teachers").glob("*/*/metrics.json"))
             runs[attempt] = {"code": code, "trained": trained.calls, "computed": computed.calls, "stamps": stamps,
@@ -240,8 +242,8 @@ def test_interrupted_teacher_build_resumes_without_redoing_finished_members(worl
     assert len(list(world["teachers"].glob("*/member-*/export/heads.safetensors"))) == 4
     # each member is a normal training run from the multi-task run, with its own seed and dropout
     config = yaml.safe_load((world["teachers"] / "stsb" / "member-2" / "config.yaml").read_text())
-    assert config["args"]["tasks"] == ["stsb"] and config["args"]["seed"] == 2 and config["args"]["dropout"] == 0.2
-    assert Path(config["args"]["init_from"]) == world["mt_run"].resolve()
+    assert config["tasks"] == ["stsb"] and config["seed"] == 2 and config["dropout"] == 0.2
+    assert Path(config["init_from"]) == world["mt_run"].resolve()
 
 
 def test_rerun_reuses_every_member_and_cached_output(world):
@@ -319,13 +321,13 @@ def student_spec(world, name, **extra):
 @pytest.fixture(scope="module")
 def student(world):
     """The student, with the one-command form (teachers reused, nothing retrained)."""
-    from mtdnn.distillation import student as distill
+    from mtdnn import distill
     from mtdnn.training import trainer as train
 
     spec = student_spec(world, "student")
     with pytest.MonkeyPatch.context() as mp:
-        trained = Spy(train.main, member_of)
-        mp.setattr(train, "main", trained)
+        trained = Spy(train.fit, member_of)
+        mp.setattr(train, "fit", trained)
         code = distill.main([world["teacher_spec"], spec, "--data-dir", str(world["data"]), "--accelerator", "cpu"])
     assert code == 0 and trained.calls == []
     return world["base"] / "student"
@@ -358,7 +360,7 @@ def test_student_report_has_members_ensemble_and_student(world, student):
 def test_student_with_gold_task_and_layers_from_the_multitask_run(world):
     from transformers import AutoConfig
 
-    from mtdnn.distillation import student as distill
+    from mtdnn import distill
     from mtdnn.training.runs import read_metrics
 
     spec = student_spec(world, "small", distill=["rte"], gold=["stsb"], alpha=1.0,
@@ -382,7 +384,7 @@ def run_exit_code(main, argv, capsys):
 
 
 def test_soft_targets_from_other_data_are_an_error(world, capsys):
-    from mtdnn.distillation import student as distill
+    from mtdnn import distill
 
     changed = slice_data(world["data"], world["base"] / "data-changed", drop_last="glue/RTE/train.tsv")
     out = world["base"] / "never"
@@ -390,14 +392,14 @@ def test_soft_targets_from_other_data_are_an_error(world, capsys):
     assert code == 2 and "fingerprint.json: field 'data'" in err and "another version of the data" in err
     assert "95 rows" in err and not out.exists()
     # the teacher build refuses members trained on other data, unless told to retrain them
-    code, err = run_exit_code(teachers.main, [world["teacher_spec"], "--data-dir", str(changed)], capsys)
+    code, err = run_exit_code(teachers_cmd.main, [world["teacher_spec"], "--data-dir", str(changed)], capsys)
     assert code == 2 and "member-1.json" in err and "field 'data.train'" in err and "--retrain-changed" in err
 
 
 def test_a_changed_member_invalidates_its_cached_outputs(world, monkeypatch, capsys):
     from safetensors.torch import load_file, save_file
 
-    from mtdnn.distillation import student as distill
+    from mtdnn import distill
 
     copy = copy_teachers(world, "teachers-changed")
     heads = copy / "rte" / "member-1" / "export" / "heads.safetensors"
@@ -409,7 +411,7 @@ def test_a_changed_member_invalidates_its_cached_outputs(world, monkeypatch, cap
     # rebuilding the teachers recomputes that member's outputs only (no training)
     computed = Spy(soft_targets.member_outputs, outputs_of)
     monkeypatch.setattr(soft_targets, "member_outputs", computed)
-    assert teachers.main([world["teacher_spec"], "--teachers-dir", str(copy), "--data-dir", str(world["data"]),
+    assert teachers_cmd.main([world["teacher_spec"], "--teachers-dir", str(copy), "--data-dir", str(world["data"]),
                           "--accelerator", "cpu"]) == 0
     assert computed.calls == [("rte", "member-1", "train"), ("rte", "member-1", "dev")]
 
@@ -424,7 +426,7 @@ def test_a_changed_member_invalidates_its_cached_outputs(world, monkeypatch, cap
     ({"teachers": "NO_MEMBER"}, "member-2/export", "checkpoint of teacher member 2 of task 'stsb' not found"),
 ])
 def test_bad_student_input_exits_2_with_nothing_written(world, capsys, change, named, message):
-    from mtdnn.distillation import student as distill
+    from mtdnn import distill
 
     change = dict(change)
     if change.get("teachers") == "EMPTY":
@@ -455,7 +457,7 @@ def test_bad_teacher_input_exits_2_with_nothing_written(world, capsys, change, m
     doc = yaml.safe_load(Path(world["teacher_spec"]).read_text())
     doc.update(change, output_dir=str(world["base"] / "bad-teachers"))
     spec = write_yaml(world["base"] / "bad-teachers.yaml", doc)
-    code, err = run_exit_code(teachers.main, [spec, "--data-dir", str(world["data"])], capsys)
+    code, err = run_exit_code(teachers_cmd.main, [spec, "--data-dir", str(world["data"])], capsys)
     assert code == 2 and spec in err and message in err, err
     assert not (world["base"] / "bad-teachers").exists()
 
@@ -463,19 +465,19 @@ def test_bad_teacher_input_exits_2_with_nothing_written(world, capsys, change, m
 def test_missing_multitask_run_exits_2(world, capsys):
     spec = write_yaml(world["base"] / "no-run.yaml", {**yaml.safe_load(Path(world["teacher_spec"]).read_text()),
                                                       "output_dir": str(world["base"] / "no-run")})
-    code, err = run_exit_code(teachers.main, [spec, "--from-run", str(world["base"] / "nowhere"),
+    code, err = run_exit_code(teachers_cmd.main, [spec, "--from-run", str(world["base"] / "nowhere"),
                                               "--data-dir", str(world["data"])], capsys)
     assert code == 2 and "--from-run: " in err and "nowhere: run directory does not exist" in err
     assert not (world["base"] / "no-run").exists()
 
 
 def test_bad_lightning_flag_exits_2_before_any_member_or_student_run(world, capsys):
-    from mtdnn.distillation import student as distill
+    from mtdnn import distill
 
     spec = write_yaml(world["base"] / "flag.yaml", {**yaml.safe_load(Path(world["teacher_spec"]).read_text()),
                                                     "output_dir": str(world["base"] / "flag-teachers")})
     flags = ["--data-dir", str(world["data"]), "--precision", "64-bogus"]
-    for main, argv in ((teachers.main, [spec]), (distill.main, [spec, student_spec(world, "flag-student")])):
+    for main, argv in ((teachers_cmd.main, [spec]), (distill.main, [spec, student_spec(world, "flag-student")])):
         code, err = run_exit_code(main, argv + flags, capsys)
         assert code == 2 and "Lightning rejects" in err and "--precision 64-bogus" in err, err
     assert not (world["base"] / "flag-teachers").exists() and not (world["base"] / "flag-student").exists()

@@ -69,7 +69,7 @@ def predictions(path: Path) -> list[dict]:
 
 @pytest.mark.parametrize("family", SUPPORTED)
 def test_family_end_to_end(matrix, family, tmp_path):
-    from mtdnn.evaluation import predict
+    from mtdnn.cli import predict
     from mtdnn.training.export import load_export
 
     run = matrix[family]

@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from mtdnn.evaluation import evaluate
+from mtdnn import evaluate
 
-from mtdnn.evaluation import predict
+from mtdnn import predict
+from mtdnn.evaluation import predict as predict_lib
 
-from mtdnn.training import trainer as train
+from mtdnn import train
 from mtdnn.errors import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -214,11 +215,11 @@ def test_ranking_input_and_output_use_the_candidate_columns():
     from mtdnn.tasks.taskdef import load_task_defs
 
     task = load_task_defs(ROOT / "task_defs" / "arct.yaml")["arct"]
-    [example] = predict.parse_lines(["a claim\ta reason\twarrant a\twarrant b"], "<stdin>", task, "tsv")
+    [example] = predict_lib.parse_lines(["a claim\ta reason\twarrant a\twarrant b"], "<stdin>", task, "tsv")
     assert example.text_a == "a claim a reason" and example.candidates == ["warrant a", "warrant b"]
     [row] = decode(task, torch.tensor([[0.0, 2.0]]))
     assert row["prediction"] == 1 and row["probabilities"]["warrant1"] == pytest.approx(0.880797, abs=1e-6)
-    table = read_tsv(predict.format_predictions(task, ["0"], [row], "tsv"))
+    table = read_tsv(predict_lib.format_predictions(task, ["0"], [row], "tsv"))
     assert table == [{"id": "0", "prediction": "1", "probability": "0.880797", "prob_warrant0": "0.119203",
                       "prob_warrant1": "0.880797"}]
 

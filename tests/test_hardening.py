@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from mtdnn.distillation import student
+from mtdnn.cli import distill as student
+from mtdnn.cli import predict
+from mtdnn.cli import train
 from mtdnn.errors import ConfigError, run_cli
-from mtdnn.evaluation import predict
-from mtdnn.training import trainer as train
 
 from test_fileio import unwritable_dir
 
@@ -102,7 +102,7 @@ def test_train_into_an_unwritable_location_exits_2_leaving_nothing(tmp_path, tin
 
 
 def test_predict_and_evaluate_refuse_an_unwritable_output_before_work(export_dir, tmp_path, capsys):
-    from mtdnn.evaluation import evaluate
+    from mtdnn.cli import evaluate
 
     locked = unwritable_dir(tmp_path)
     code, err = exit_code_and_error(predict, [export_dir, "--task", "rte", "--text", "a", "b",
@@ -328,25 +328,27 @@ def test_predict_says_what_it_scores(export_dir, capsys):
 def test_limited_runs_get_their_own_directory_and_are_named_when_used(tmp_path, caplog):
     from mtdnn.distillation.teachers import warn_if_limited
     from mtdnn.fileio import write_yaml_atomic
+    from mtdnn.training.trainer import default_output_dir
 
-    assert str(train.default_output_dir("task_defs/glue.yaml", ["rte", "mrpc"], 42)) == "runs/glue-rte-mrpc-seed42"
-    assert str(train.default_output_dir("glue.yaml", ["rte"], 42, 100)) == "runs/glue-rte-seed42-limited-train100"
-    limited = train.default_output_dir("glue.yaml", ["rte"], 1, 100, 50)
+    assert str(default_output_dir("task_defs/glue.yaml", ["rte", "mrpc"], 42)) == "runs/glue-rte-mrpc-seed42"
+    assert str(default_output_dir("glue.yaml", ["rte"], 42, 100)) == "runs/glue-rte-seed42-limited-train100"
+    limited = default_output_dir("glue.yaml", ["rte"], 1, 100, 50)
     assert str(limited) == "runs/glue-rte-seed1-limited-train100-dev50"
-    write_yaml_atomic(tmp_path / "config.yaml", {"command": "train", "args": {"limit_train_examples": 100,
-                                                                            "limit_eval_examples": None}})
-    with caplog.at_level("WARNING"):
-        assert warn_if_limited(tmp_path, "the teachers start") == {"limit_train_examples": 100}
-    assert "a LIMITED run (--limit-train-examples 100)" in caplog.text
+    # config.yaml as written now (the TrainConfig's fields at the top) and as written before (flags under args)
+    for config in ({"task_defs": "glue.yaml", "limit_train_examples": 100, "limit_eval_examples": None,
+                    "resolved": {"command": "train"}},
+                   {"command": "train", "args": {"limit_train_examples": 100, "limit_eval_examples": None}}):
+        write_yaml_atomic(tmp_path / "config.yaml", config)
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            assert warn_if_limited(tmp_path, "the teachers start") == {"limit_train_examples": 100}
+        assert "a LIMITED run (--limit-train-examples 100)" in caplog.text
 
 
 def test_help_shows_each_default_once_and_no_backticks():
     import re
 
-    from mtdnn.distillation import teachers
-    from mtdnn.evaluation import evaluate
-    from mtdnn.evaluation.diagnostics import command as diagnose
-    from mtdnn.evaluation.transfer import command as transfer
+    from mtdnn.cli import diagnose, evaluate, teachers, transfer
 
     for module in (train, evaluate, predict, teachers, student, transfer, diagnose):
         text = module.build_parser().format_help()

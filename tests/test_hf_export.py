@@ -60,7 +60,7 @@ def export_dir(tmp_path_factory, tiny_encoder):
 
 def toolkit_predictions(export: Path, task: str, pairs, tmp_path: Path) -> list[dict]:
     """``python -m mtdnn.predict EXPORT --task T --input pairs.jsonl --format jsonl`` (in process)."""
-    from mtdnn.evaluation import predict
+    from mtdnn import predict
 
     columns = TASKS[task].text
     source, output = tmp_path / f"{task}.jsonl", tmp_path / f"{task}-out.jsonl"

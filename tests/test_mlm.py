@@ -188,7 +188,7 @@ def test_masked_token_metrics():
     ({"label": "y"}, "'label' is not a field of an mlm task"),
 ])
 def test_bad_mlm_definitions_exit_2_and_write_nothing(tmp_path, capsys, body, message):
-    from mtdnn.training.trainer import main
+    from mtdnn.train import main
 
     (tmp_path / "t.tsv").write_text(TEXTS)
     spec = tmp_path / "tasks.yaml"
@@ -218,7 +218,7 @@ def test_mlm_decode_is_a_clear_error():
 def test_training_with_an_mlm_task_leaves_it_out_of_selection(tmp_path, data_dir, tiny_encoder):
     """RTE with an MLM task over RTE's own texts: both train in the schedule; the MLM task's dev metrics are
     reported but the dev average (best-epoch selection) is RTE's accuracy alone."""
-    from mtdnn.training.trainer import main
+    from mtdnn.train import main
 
     rte = yaml.safe_load((Path(__file__).resolve().parents[1] / "task_defs" / "glue.yaml").read_text())["tasks"]["rte"]
     mlm = {"type": "mlm", "splits": {"train": {"path": "glue/RTE/train.tsv"}, "dev": {"path": "glue/RTE/dev.tsv"}},

@@ -15,7 +15,8 @@ import pytest
 import pytorch_lightning as pl
 import torch
 
-from mtdnn.training.trainer import DIVERGED_EXIT_CODE, main
+from mtdnn.train import main
+from mtdnn.training.trainer import DIVERGED_EXIT_CODE
 
 ROOT = Path(__file__).resolve().parents[1]
 GLUE = str(ROOT / "task_defs" / "glue.yaml")

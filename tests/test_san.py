@@ -164,7 +164,7 @@ def test_bad_san_definitions(head, message):
 
 
 def test_san_on_a_single_sentence_task_exits_2_and_writes_nothing(tmp_path, capsys):
-    from mtdnn.training.trainer import main
+    from mtdnn.train import main
 
     spec = tmp_path / "tasks.yaml"
     body = {**PAIR, "text": ["sentence"], "head": {"type": "san", "steps": 5, "step_dropout": 0.1}}

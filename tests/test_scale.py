@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from mtdnn.errors import run_cli
-from mtdnn.training.trainer import main
+from mtdnn.train import main
 
 ROOT = Path(__file__).resolve().parents[1]
 GLUE = str(ROOT / "task_defs" / "glue.yaml")
@@ -54,13 +54,18 @@ def read_trace(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def test_ddp_two_processes_equal_one(tmp_path, data_dir, tiny_encoder, monkeypatch):
+# Gradient accumulation 2 with dev evaluation every 2 optimizer steps: each epoch has 6 batches = 3 steps.
+STEP_FEATURES = ("--accumulate-grad-batches", "2", "--eval-every-n-steps", "2")
+
+
+@pytest.mark.parametrize("features", [(), STEP_FEATURES], ids=["plain", "accumulate2-eval2"])
+def test_ddp_two_processes_equal_one(tmp_path, data_dir, tiny_encoder, monkeypatch, features):
     ddp_run, single_run = tmp_path / "ddp", tmp_path / "single"
     env = {**os.environ, "MTDNN_TRACE_DIR": str(tmp_path / "trace-ddp"), "OMP_NUM_THREADS": "1",
            "MTDNN_DATA_DIR": str(data_dir), "PYTHONPATH": str(ROOT)}
     # Classification tasks: a tiny random encoder's STS-B scores are nearly constant, so its Pearson moves by
     # 1e-6 with the 1e-8 float noise of a different gradient summation order; counts do not.
-    common = ("--dropout", "0", "--tasks", "rte,mrpc")
+    common = ("--dropout", "0", "--tasks", "rte,mrpc", *features)
     cmd = [sys.executable, "-m", "mtdnn.train",
            *args_for(ddp_run, data_dir, tiny_encoder, *common, "--devices", "2", "--strategy", "ddp")]
     done = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
@@ -86,16 +91,19 @@ def test_ddp_two_processes_equal_one(tmp_path, data_dir, tiny_encoder, monkeypat
         json.loads((single_run / "schedule.json").read_text())["epochs"]
 
 
-def test_killed_run_resumes_to_the_uninterrupted_result(tmp_path, data_dir, tiny_encoder, monkeypatch, capsys):
+@pytest.mark.parametrize("features, fault", [((), 4), (STEP_FEATURES, 4)], ids=["plain", "accumulate2-eval2"])
+def test_killed_run_resumes_to_the_uninterrupted_result(tmp_path, data_dir, tiny_encoder, monkeypatch, capsys,
+                                                        features, fault):
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-    assert main(args_for(straight, data_dir, tiny_encoder)) == 0  # dropout 0.1: RNG states must be restored
+    assert main(args_for(straight, data_dir, tiny_encoder, *features)) == 0  # dropout 0.1: RNG states restored
 
-    monkeypatch.setenv("MTDNN_FAULT_AT_STEP", "4")  # SIGTERM mid-epoch 2 (each epoch has 3 + 3 steps)
-    assert main(args_for(resumed, data_dir, tiny_encoder, "--checkpoint-every-n-steps", "2")) == 143
+    # SIGTERM mid-epoch 2 (plain: each epoch has 3 + 3 steps; accumulation 2: 3 steps of 2 batches)
+    monkeypatch.setenv("MTDNN_FAULT_AT_STEP", str(fault))
+    assert main(args_for(resumed, data_dir, tiny_encoder, "--checkpoint-every-n-steps", "2", *features)) == 143
     assert not (resumed / "metrics.json").exists()
-    assert torch.load(resumed / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 4
+    assert torch.load(resumed / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == fault
     monkeypatch.delenv("MTDNN_FAULT_AT_STEP")
-    assert main(args_for(resumed, data_dir, tiny_encoder, "--resume")) == 0
+    assert main(args_for(resumed, data_dir, tiny_encoder, "--resume", *features)) == 0
 
     assert_same_weights(weights(straight), weights(resumed), atol=1e-5)
     assert_same_metrics(straight, resumed, atol=1e-6)
@@ -107,7 +115,7 @@ def test_killed_run_resumes_to_the_uninterrupted_result(tmp_path, data_dir, tiny
 
     # resuming a complete run, or from a truncated checkpoint, is refused with exit 2
     with pytest.raises(SystemExit) as exit_info:
-        run_cli(main, args_for(resumed, data_dir, tiny_encoder, "--resume"))
+        run_cli(main, args_for(resumed, data_dir, tiny_encoder, "--resume", *features))
     assert exit_info.value.code == 2 and "complete" in capsys.readouterr().err
 
 

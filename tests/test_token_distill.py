@@ -167,7 +167,7 @@ def exit_code(main, argv, capsys):
 def world(tmp_path_factory, data_dir, tiny_encoder):
     """Data slices, a multi-task run of NER + QA + RTE, then teachers and a student, each by its command's main."""
     from mtdnn import distill, teachers
-    from mtdnn.training import trainer
+    from mtdnn.cli import train as trainer
 
     base = tmp_path_factory.mktemp("token-kd")
     data = base / "data"

@@ -105,7 +105,7 @@ def train_args(task_defs, data, run_dir, encoder, *extra):
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, tiny_encoder):
-    from mtdnn.training import trainer
+    from mtdnn import train as trainer
 
     base = tmp_path_factory.mktemp("token-run")
     data, task_defs = write_data(base / "data"), write_task_defs(base / "tasks.yaml")
@@ -115,7 +115,7 @@ def trained(tmp_path_factory, tiny_encoder):
 
 
 def test_token_tasks_train_beside_a_sentence_task_and_evaluate_reproduces(trained, capsys):
-    from mtdnn.evaluation import evaluate
+    from mtdnn import evaluate
 
     base, data, task_defs, run_dir = trained
     metrics = json.loads((run_dir / "metrics.json").read_text())
@@ -135,7 +135,7 @@ def test_token_tasks_train_beside_a_sentence_task_and_evaluate_reproduces(traine
 
 
 def test_export_reloads_and_predicts_raw_text_with_character_offsets(trained, capsys):
-    from mtdnn.evaluation import predict
+    from mtdnn import predict
     from mtdnn.training.export import load_export
 
     base, data, task_defs, run_dir = trained
@@ -170,7 +170,7 @@ def test_export_reloads_and_predicts_raw_text_with_character_offsets(trained, ca
 ])
 def test_bad_token_data_exits_2_naming_the_line_or_id_and_writes_nothing(tmp_path, tiny_encoder, capsys, bad,
                                                                          needle):
-    from mtdnn.training import trainer
+    from mtdnn import train as trainer
 
     data, task_defs = write_data(tmp_path / "data", bad), write_task_defs(tmp_path / "tasks.yaml")
     run_dir = tmp_path / "run"

@@ -8,7 +8,7 @@ import pytorch_lightning as pl
 import torch
 
 from mtdnn.errors import run_cli
-from mtdnn.training.trainer import main
+from mtdnn.train import main
 
 ROOT = Path(__file__).resolve().parents[1]
 GLUE = str(ROOT / "task_defs" / "glue.yaml")

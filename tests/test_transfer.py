@@ -10,7 +10,7 @@ import torch
 
 from mtdnn.errors import ConfigError, DataError, run_cli
 from mtdnn.tasks.subsets import check_sizes, class_counts, sizes_from_fractions, stratified_order
-from mtdnn.evaluation.transfer import main
+from mtdnn.transfer import main
 
 ROOT = Path(__file__).resolve().parents[1]
 GLUE = str(ROOT / "task_defs" / "glue.yaml")

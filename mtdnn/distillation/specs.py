@@ -34,7 +34,7 @@ class Spec(BaseModel):
 
 
 class FinetuneSpec(Spec):
-    """Training settings, passed to ``python -m mtdnn.train`` as the flags of the same names."""
+    """Training settings: the :class:`~mtdnn.training.config.TrainConfig` fields of the same names."""
 
     max_epochs: int = Field(default=3, gt=0)
     lr: float = Field(default=5e-5, gt=0, le=1)
@@ -53,19 +53,11 @@ class FinetuneSpec(Spec):
     def _floats(cls, value):
         return yaml_float(value)
 
-    def train_flags(self) -> list[str]:
-        """These settings as ``mtdnn.train`` flags (``--max-epochs 3 --lr 5e-05 ...``)."""
-        flags = []
-        for name, value in self.model_dump().items():
-            if value is not None:
-                flags += [f"--{name.replace('_', '-')}", str(value)]
-        return flags
-
 
 class VarySpec(Spec):
     """What differs between the members of an ensemble: one seed (and optionally one dropout) per member.
 
-    ``dropout`` is passed as ``mtdnn.train --dropout``: it replaces every dropout probability of the member
+    ``dropout`` is the member's ``TrainConfig.dropout`` (``mtdnn.train --dropout``): it replaces every dropout probability of the member
     (encoder attention and hidden layers, task head); without it the encoder's and task definition's apply.
     """
 

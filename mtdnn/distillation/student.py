@@ -16,10 +16,7 @@ ensemble's and the student's score, and the same averaged over tasks.
 
 from __future__ import annotations
 
-import argparse
 import logging
-import sys
-import warnings
 from pathlib import Path
 from typing import Any, Literal
 
@@ -29,7 +26,7 @@ from pydantic import Field, field_validator, model_validator
 from torch.utils.data import DataLoader
 
 from . import teachers
-from ..errors import ConfigError, HelpFormatter, run_cli
+from ..errors import ConfigError
 from ..fileio import prepare_output_dir, write_atomic, write_json_atomic, write_yaml_atomic
 from ..training.lightning import MultiTaskDataModule, MultiTaskModule
 from ..modeling.losses import DISTILLATION_LOSSES
@@ -37,6 +34,8 @@ from . import piece_targets
 from .soft_targets import align, batch_targets, read_manifest, teacher_outputs
 from .specs import FinetuneSpec, Spec, TeacherSpec, load_spec, yaml_float
 from ..tasks.taskdef import TaskDef, load_task_defs, select_tasks
+from ..training.config import TrainConfig
+from ..training.runs import Run
 
 log = logging.getLogger("mtdnn.distill")
 
@@ -398,21 +397,6 @@ def render_report(report: dict, title: str) -> str:
 # -------------------------------------------------------------------------------------------------- command
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from ..training.trainer import add_trainer_args
-
-    p = argparse.ArgumentParser(prog="python -m mtdnn.distill", description=__doc__.split("\n\n")[0],
-                                formatter_class=HelpFormatter)
-    p.add_argument("specs", nargs="+", metavar="SPEC",
-                   help="[TEACHERS_SPEC] STUDENT_SPEC: with both, the teachers are built (or resumed) first")
-    teachers.add_common_args(p)
-    p.add_argument("--output-dir", default=None, help="student run directory (overrides the spec's output_dir)")
-    p.add_argument("--overwrite", action="store_true", help="replace a student run directory holding a complete run")
-    add_trainer_args(p)
-    p.set_defaults(devices="1")
-    return p
-
-
 def check_covered(spec: StudentSpec, spec_path: str, teacher_tasks: list[str], where: object) -> None:
     """A ``distill`` task without teachers (hence without soft targets) is an error (ConfigError)."""
     uncovered = [n for n in spec.distill if n not in teacher_tasks]
@@ -446,76 +430,90 @@ def student_tasks(spec: StudentSpec, spec_path: str, teacher_tasks: list[str] | 
             for n, t in tasks.items()}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if len(args.specs) > 2:
-        parser.error("give one or two specs: [TEACHERS_SPEC] STUDENT_SPEC")
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    warnings.filterwarnings("ignore", ".*does not have many workers.*")
-    warnings.filterwarnings("ignore", ".*predefined batch sampler.*")
+def distill(spec: StudentSpec, spec_path: str, teacher_spec: TeacherSpec | None = None,
+            teacher_spec_path: str | None = None, *, data_dir: Path, from_run: str | None = None,
+            teachers_dir: str | None = None, output_dir: str | None = None, lightning: dict | None = None,
+            overwrite: bool = False, retrain_changed: bool = False) -> Run:
+    """Build (or resume) the teachers of ``teacher_spec`` when given, then train, export and report the student.
 
+    Args:
+        spec_path, teacher_spec_path: name the specs in messages (their files).
+        from_run, teachers_dir, output_dir: override the specs' ``from_run``, teacher directory and ``output_dir``.
+        lightning: Lightning settings (:class:`~mtdnn.training.config.TrainConfig` fields) of every training run.
+
+    Returns:
+        The student's :class:`~mtdnn.training.runs.Run`.
+
+    Raises:
+        ConfigError, DataError, CheckpointError: bad specs, data, teachers or runs, before anything is built.
+        Interrupted: a teacher member's or the student's training was interrupted.
+    """
     from ..modeling.model import load_tokenizer
-    from ..tasks.data import check_files, resolve_data_dir
+    from ..tasks.data import check_files
     from ..training.trainer import check_trainer_flags
 
-    check_trainer_flags(args)  # a bad Lightning flag fails before any teacher or student run starts
+    # a bad Lightning flag fails before any teacher or student run starts
+    check_trainer_flags(student_config(spec, {}, data_dir, "packaged-minilm", ".", lightning))
     # 1. Both specs, the student's tasks and (without a teacher spec) the teacher build they need, before anything
     # is built.
-    student_path = args.specs[-1]
-    spec = load_spec(student_path, StudentSpec, "student")
-    teacher_spec = load_spec(args.specs[0], TeacherSpec, "teacher") if len(args.specs) == 2 else None
-    tasks = student_tasks(spec, student_path, teacher_spec.tasks if teacher_spec else None)
-    teacher_dir = Path(args.teachers_dir or spec.teachers) if args.teachers_dir or spec.teachers else None
+    tasks = student_tasks(spec, spec_path, teacher_spec.tasks if teacher_spec else None)
+    teacher_dir = Path(teachers_dir or spec.teachers) if teachers_dir or spec.teachers else None
     if teacher_spec is not None:
-        teacher_dir = Path(args.teachers_dir or teacher_spec.output_dir)
+        teacher_dir = Path(teachers_dir or teacher_spec.output_dir)
         if spec.teachers and Path(spec.teachers).resolve() != teacher_dir.resolve():
-            log.info("using the teachers of %s in %s (not %s)", args.specs[0], teacher_dir, spec.teachers)
+            log.info("using the teachers of %s in %s (not %s)", teacher_spec_path, teacher_dir, spec.teachers)
     elif spec.distill and teacher_dir is None:
-        raise ConfigError(f"{student_path}: field 'teachers': distill tasks need a teacher directory (set teachers, "
+        raise ConfigError(f"{spec_path}: field 'teachers': distill tasks need a teacher directory (set teachers, "
                           "pass --teachers-dir, or give the teacher spec before the student spec)")
     elif spec.distill:
-        check_covered(spec, student_path, list(read_manifest(teacher_dir)["tasks"]), teacher_dir)
-    data_dir = resolve_data_dir(args.data_dir)
+        check_covered(spec, spec_path, list(read_manifest(teacher_dir)["tasks"]), teacher_dir)
     for task in tasks.values():
         check_files(task, [s for s in ("train", "dev") if s in task.splits], data_dir)
-    prepare_output_dir(args.output_dir or spec.output_dir,
-                       "--output-dir" if args.output_dir else f"{student_path}: field 'output_dir'")
+    prepare_output_dir(output_dir or spec.output_dir,
+                       "--output-dir" if output_dir else f"{spec_path}: field 'output_dir'")
 
     # 2. With a teacher spec, the teachers are built (or resumed) now (per-piece soft targets: once the student's
     # tokenizer is known to be the members').
     if teacher_spec is not None:
-        run = args.from_run or spec.from_run or teacher_spec.from_run
+        run = from_run or spec.from_run or teacher_spec.from_run
         if run and piece_targets.piece_tasks([tasks[n] for n in spec.distill]):
-            source, _ = resolve_init(spec, student_path, run, teacher_dir)
+            source, _ = resolve_init(spec, spec_path, run, teacher_dir)
             piece_targets.check_before_build(load_tokenizer(source), source, run,
-                                             [tasks[n] for n in spec.distill], student_path)
-        try:
-            code, teacher_dir = teachers.build(teacher_spec, args.specs[0], data_dir, args.from_run, args.teachers_dir,
-                                               teachers.trainer_flags(args), args.accelerator, args.retrain_changed)
-        except KeyboardInterrupt:
-            code = 130
-        if code:
-            print("interrupted while building the teachers: rerun the same command to resume", file=sys.stderr)
-            return code
+                                             [tasks[n] for n in spec.distill], spec_path)
+        teacher_dir = teachers.build(teacher_spec, teacher_spec_path or "teacher spec", data_dir, from_run,
+                                     teachers_dir, lightning, retrain_changed)
     manifest = read_manifest(teacher_dir) if teacher_dir is not None and spec.distill else None
-    return train_student(spec, student_path, tasks, data_dir, teacher_dir, manifest, args)
+    return train_student(spec, spec_path, tasks, data_dir, teacher_dir, manifest, from_run=from_run,
+                         output_dir=output_dir, lightning=lightning, overwrite=overwrite)
+
+
+def student_config(spec: StudentSpec, tasks: dict[str, TaskDef], data_dir: Path, encoder: str, run_dir: str,
+                   lightning: dict | None) -> TrainConfig:
+    """The student's :class:`~mtdnn.training.config.TrainConfig`: the spec's ``train`` settings, its tasks, the
+    encoder it starts from and the Lightning settings."""
+    train = spec.train.model_dump()
+    train["temperature"] = train.pop("sampling_temperature")
+    return TrainConfig(task_defs=spec.task_defs, tasks=list(tasks) or None, data_dir=str(data_dir), encoder=encoder,
+                       output_dir=str(run_dir), **train, **(lightning or {}))
 
 
 def train_student(spec: StudentSpec, spec_path: str, tasks: dict[str, TaskDef], data_dir: Path,
-                  teacher_dir: Path | None, manifest: dict | None, args: argparse.Namespace) -> int:
+                  teacher_dir: Path | None, manifest: dict | None, *, from_run: str | None = None,
+                  output_dir: str | None = None, lightning: dict | None = None, overwrite: bool = False) -> Run:
     """Validate the soft targets, then train, export and report the student (see the module docstring)."""
     import pytorch_lightning as pl
 
     from ..tasks.data import tokenized_split
     from ..modeling.model import load_encoder, load_tokenizer
-    from ..training.runs import CONFIG_FILE, prepare_run_dir
     from ..modeling.heads import resolve_pooling
-    from ..training.trainer import copy_matching_heads, fit_and_export, is_global_zero, log_pooling
+    from ..training.config import RESOLVED_KEY
+    from ..training.runs import CONFIG_FILE, prepare_run_dir
+    from ..training.trainer import (check_eval_interval, check_loggers, copy_matching_heads, datamodule_for,
+                                    fit_and_export, is_global_zero, log_pooling)
 
     cfg = spec.train
     # 1. The starting point and the soft targets, checked before the run directory is made.
-    mt_run = args.from_run or spec.from_run or (manifest or {}).get("from_run")
+    mt_run = from_run or spec.from_run or (manifest or {}).get("from_run")
     if mt_run:
         teachers.warn_if_limited(mt_run, "the student starts")
     source, heads_from = resolve_init(spec, spec_path, mt_run, teacher_dir)
@@ -537,22 +535,19 @@ def train_student(spec: StudentSpec, spec_path: str, tasks: dict[str, TaskDef], 
                                                         rows=rows))
     if distill:
         teacher_report = teachers.summarize(teacher_dir, {n: tasks[n] for n in distill}, data_dir)
-    datamodule = DistillationDataModule(tasks, data_dir, tokenizer, soft_targets, batch_size=cfg.batch_size,
-                                        eval_batch_size=cfg.eval_batch_size, schedule=cfg.schedule,
-                                        temperature=cfg.sampling_temperature if cfg.schedule == "temperature" else 1.0,
-                                        seed=cfg.seed, limit_train_examples=cfg.limit_train_examples,
-                                        limit_eval_examples=cfg.limit_eval_examples,
-                                        max_length=cfg.max_length, pad_to_multiple_of=cfg.pad_to_multiple_of,
-                                        num_workers=args.num_workers)
-    run_dir = Path(args.output_dir or spec.output_dir)
+    run_dir = Path(output_dir or spec.output_dir)
+    config = student_config(spec, tasks, data_dir, source, str(run_dir), lightning)
+    check_loggers(config)
+    datamodule = datamodule_for(config, tasks, tokenizer, DistillationDataModule, soft_targets=soft_targets)
     encoder = source
     if is_global_zero():
         datamodule.prepare_data()
-        prepare_run_dir(run_dir, args.overwrite)
-        config = {"command": "distill", "spec": str(spec_path), "student": spec.model_dump(mode="json"),
-                  "teachers": str(teacher_dir) if teacher_dir else None, "from_run": mt_run, "encoder": source,
-                  "data_dir": str(data_dir), "args": vars(args), "tasks": {n: t.to_plain() for n, t in tasks.items()}}
-        write_yaml_atomic(run_dir / CONFIG_FILE, config)
+        check_eval_interval(config, datamodule)
+        prepare_run_dir(run_dir, overwrite)
+        resolved = {"command": "distill", "spec": str(spec_path), "student": spec.model_dump(mode="json"),
+                    "teachers": str(teacher_dir) if teacher_dir else None, "from_run": mt_run, "encoder": source,
+                    "tasks": {n: t.to_plain() for n, t in tasks.items()}}
+        write_yaml_atomic(run_dir / CONFIG_FILE, {**config.to_yaml_dict(), RESOLVED_KEY: resolved})
         if truncated is not None:
             truncated.save_pretrained(run_dir / INIT_ENCODER_DIR)
             tokenizer.save_pretrained(run_dir / INIT_ENCODER_DIR)
@@ -569,26 +564,13 @@ def train_student(spec: StudentSpec, spec_path: str, tasks: dict[str, TaskDef], 
     if heads_from is not None:
         copied = copy_matching_heads(module.model, heads_from, tasks)
         log.info("student initialised from %s: encoder and heads of %s", heads_from, ", ".join(copied) or "no task")
-    if getattr(args, "compile", None):
-        module.model.encoder.compile(backend=args.compile)  # in place, as mtdnn.train does
-    code, summary = fit_and_export(module, datamodule, tasks, tokenizer, run_dir, args, max_epochs=cfg.max_epochs,
-                                   gradient_clip=cfg.gradient_clip, schedule=cfg.schedule, batch_size=cfg.batch_size,
-                                   source_encoder=source)
-    if summary is None:
-        return code
+    if config.compile:
+        module.model.encoder.compile(backend=config.compile)  # in place, as mtdnn.train does
+    summary = fit_and_export(module, datamodule, tasks, tokenizer, run_dir, config, source_encoder=source)
+    if summary is None:  # ranks other than 0
+        return Run(run_dir)
     report = student_report(teacher_report, summary["best"], distill, spec.gold, tasks, run_dir, spec)
     write_json_atomic(run_dir / REPORT_JSON, report)
     markdown = render_report(report, f"Distillation: {run_dir} (T = {spec.temperature:g}, alpha = {spec.alpha:g})")
     write_atomic(run_dir / REPORT_MD, markdown)
-    print(markdown)
-    print(f"run directory: {run_dir}")
-    return 0
-
-
-def cli() -> None:
-    """Console-script entry point (``mtdnn-distill``)."""
-    run_cli(main)
-
-
-if __name__ == "__main__":
-    cli()
+    return Run(run_dir)

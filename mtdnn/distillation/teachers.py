@@ -4,8 +4,9 @@ MT-DNN-KD (Liu et al. 2019, arXiv 1904.09482): for each task, an ensemble of mod
 model is the teacher, and its averaged class probabilities on the training set are the soft targets of one
 multi-task student (:mod:`mtdnn.distill`). Here, for every task of a teacher spec (``teachers/*.yaml``):
 
-1. each of M members is fine-tuned on that task alone from the multi-task run, as a normal
-   ``python -m mtdnn.train ... --init-from RUN`` run (best epoch on dev, the selection rule of every model);
+1. each of M members is fine-tuned on that task alone from the multi-task run, as a normal training run
+   (:func:`mtdnn.training.trainer.fit` of a :class:`~mtdnn.training.config.TrainConfig` with ``init_from`` the
+   run; best epoch on dev, the selection rule of every model);
    members differ in seed and, optionally, dropout (``--dropout``: every dropout of encoder and head);
 2. each member runs once in inference mode over the task's train and dev splits; its float32 logits (regression:
    predictions) are stored by example id as a ``datasets.Dataset`` with a fingerprint of the data, the tokenizer
@@ -28,25 +29,24 @@ logits, so the temperature T stays a student setting.
 
 from __future__ import annotations
 
-import argparse
 import gc
 import logging
 import math
 import shutil
 import statistics
-import sys
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from . import piece_targets, soft_targets
-from ..errors import CheckpointError, ConfigError, HelpFormatter, run_cli
-from ..fileio import prepare_output_dir, read_json, read_yaml, write_atomic, write_json_atomic, write_yaml_atomic
+from ..errors import CheckpointError, ConfigError
+from ..fileio import prepare_output_dir, read_json, write_atomic, write_json_atomic, write_yaml_atomic
 from .calibration import classification_summary, regression_summary, temperature_scaling
 from .soft_targets import MANIFEST_FILE, member_dir, read_manifest
 from .specs import TeacherSpec, load_spec
 from ..tasks.taskdef import TaskDef, load_task_defs, select_tasks
+from ..training.config import TrainConfig
 
 log = logging.getLogger("mtdnn.teachers")
 
@@ -294,12 +294,10 @@ def warn_if_limited(run: str | Path, who: str) -> dict[str, int]:
 def pretrained_encoder(run: Path) -> str:
     """The encoder a training run started from (its ``config.yaml``), else its export's source encoder."""
     from ..training.export import EXPORT_META, resolve_export
-    from ..training.runs import CONFIG_FILE
+    from ..training.runs import CONFIG_FILE, read_run_config
 
-    config = Path(run) / CONFIG_FILE
-    if config.is_file():
-        saved = read_yaml(config, CheckpointError, "run configuration")
-        encoder = saved.get("encoder") if isinstance(saved, dict) else None
+    if (Path(run) / CONFIG_FILE).is_file():
+        encoder = read_run_config(run)[1].get("encoder")
         if encoder:
             return str(encoder)
     meta_path = resolve_export(run) / EXPORT_META
@@ -325,14 +323,6 @@ def _first_difference(stored: dict, wanted: dict, prefix: str = "") -> str | Non
     return None
 
 
-def trainer_flags(args: argparse.Namespace) -> list[str]:
-    """The Lightning trainer flags of ``args`` (see :func:`mtdnn.train.add_trainer_args`), to pass on."""
-    names = ("accelerator", "devices", "strategy", "num_nodes", "precision", "num_workers")
-    flags = [part for n in names for part in (f"--{n.replace('_', '-')}", str(getattr(args, n)))]
-    flags += ["--keep-last-checkpoint"] if getattr(args, "keep_last_checkpoint", False) else []
-    return flags + (["--compile", args.compile] if getattr(args, "compile", None) else [])
-
-
 def teacher_tasks(spec: TeacherSpec, spec_path: str) -> dict[str, TaskDef]:
     """The spec's tasks from its task definitions (the counterpart of :func:`mtdnn.distill.student_tasks`).
 
@@ -352,22 +342,33 @@ def teacher_tasks(spec: TeacherSpec, spec_path: str) -> dict[str, TaskDef]:
     return tasks
 
 
+def member_config(spec: TeacherSpec, task: str, seed: int, dropout: float | None, data_dir: Path, encoder: str,
+                  from_run: Path, run_dir: Path, lightning: dict | None = None) -> TrainConfig:
+    """The :class:`~mtdnn.training.config.TrainConfig` of one member: fine-tune ``task`` alone from the multi-task
+    run with the spec's ``finetune`` settings, the member's seed and dropout, and the Lightning settings."""
+    return TrainConfig(task_defs=spec.task_defs, tasks=[task], data_dir=str(data_dir), encoder=encoder,
+                       init_from=str(from_run), output_dir=str(run_dir), seed=seed, dropout=dropout,
+                       **spec.finetune.model_dump(), **(lightning or {}))
+
+
 def build(spec: TeacherSpec, spec_path: str, data_dir: Path, from_run: str | None = None,
-          output_dir: str | None = None, flags: list[str] | None = None, accelerator: str = "auto",
-          retrain_changed: bool = False) -> tuple[int, Path]:
+          output_dir: str | None = None, lightning: dict | None = None, retrain_changed: bool = False) -> Path:
     """Build (or resume) the teacher ensembles of ``spec``; see the module docstring.
 
     Args:
+        spec_path: names the spec in messages (its file).
         from_run: overrides ``spec.from_run``. output_dir: overrides ``spec.output_dir``.
-        flags: Lightning trainer flags for the members' training runs.
+        lightning: Lightning settings (:class:`~mtdnn.training.config.TrainConfig` fields: accelerator, devices,
+            precision, ...) of the members' training runs.
         retrain_changed: retrain complete members whose settings, multi-task run or data changed (else an error).
 
     Returns:
-        ``(exit code, teacher directory)``: 0, or the exit code of an interrupted member's training (130, 143).
+        The teacher directory.
 
     Raises:
         ConfigError, DataError, CheckpointError: bad spec, data or multi-task run, or complete members built
             differently (without ``retrain_changed``); nothing is written before these checks pass.
+        Interrupted: a member's training was interrupted (rerun to resume: complete members are kept).
     """
     from ..training import trainer as train
     from ..tasks.data import check_files, tokenizer_fingerprint
@@ -421,19 +422,17 @@ def build(spec: TeacherSpec, spec_path: str, data_dir: Path, from_run: str | Non
                                           for k, (s, d) in enumerate(zip(spec.seeds, spec.dropouts), start=1)]}
                           for n in tasks}}
     write_yaml_atomic(teacher_dir / MANIFEST_FILE, manifest)
-    device = _inference_device(accelerator)
+    device = _inference_device((lightning or {}).get("accelerator", "auto"))
     for task, k, seed, dropout, settings, run_dir, sidecar, retrain in plan:
         if read_metrics(run_dir) is None or retrain:
             write_json_atomic(sidecar, settings)
             log.info("teacher %s member %d: fine-tuning from %s (seed %d, dropout %s)", task.name, k, run_path, seed,
                      "as defined" if dropout is None else dropout)
-            code = train.main([spec.task_defs, "--tasks", task.name, "--data-dir", str(data_dir), "--encoder", encoder,
-                               "--init-from", str(run_path), "--output-dir", str(run_dir), "--seed", str(seed),
-                               *([] if dropout is None else ["--dropout", str(dropout)]),
-                               *spec.finetune.train_flags(), *(flags or []), *(["--overwrite"] if retrain else [])])
-            gc.collect()  # the member's Trainer and model, before the next one is built
-            if code:
-                return code, teacher_dir
+            config = member_config(spec, task.name, seed, dropout, data_dir, encoder, run_path, run_dir, lightning)
+            try:
+                train.fit(config, overwrite=retrain)
+            finally:
+                gc.collect()  # the member's Trainer and model, before the next one is built
         else:
             log.info("teacher %s member %d: complete, reused (%s)", task.name, k, run_dir)
         export = run_dir / "export"
@@ -451,7 +450,7 @@ def build(spec: TeacherSpec, spec_path: str, data_dir: Path, from_run: str | Non
                                                        spec.finetune.eval_batch_size, spec.finetune.max_length, device)
             soft_targets.write_outputs(path, ids, outputs, {**wanted, "task": task.name, "split": split, "member": k,
                                                             "count": len(ids)})
-        if "--keep-last-checkpoint" not in (flags or []):
+        if not (lightning or {}).get("keep_last_checkpoint"):
             # a member is used through its export and cached outputs only; its checkpoints are most of its disk
             shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
 
@@ -459,61 +458,4 @@ def build(spec: TeacherSpec, spec_path: str, data_dir: Path, from_run: str | Non
     report = summarize(teacher_dir, tasks, data_dir)
     write_json_atomic(teacher_dir / SUMMARY_JSON, report)
     write_atomic(teacher_dir / SUMMARY_MD, render_markdown(report, f"Teachers: {teacher_dir}"))
-    return 0, teacher_dir
-
-
-# ----------------------------------------------------------------------------------------------------- command
-
-
-def build_parser() -> argparse.ArgumentParser:
-    from ..training.trainer import add_trainer_args
-
-    p = argparse.ArgumentParser(prog="python -m mtdnn.teachers",
-                                description="Fine-tune per-task teacher ensembles from a multi-task run and cache "
-                                            "their outputs (MT-DNN-KD).", formatter_class=HelpFormatter)
-    p.add_argument("spec", help="teacher spec YAML (e.g. teachers/glue.yaml)")
-    add_common_args(p)
-    add_trainer_args(p)
-    p.set_defaults(devices="1")
-    return p
-
-
-def add_common_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--from-run", default=None, help="the multi-task run the members start from (overrides from_run)")
-    p.add_argument("--data-dir", default=None,
-                   help="data root for the task files (default: $MTDNN_DATA_DIR, else ../shared/data)")
-    p.add_argument("--teachers-dir", default=None, help="teacher directory (overrides the spec's output_dir)")
-    p.add_argument("--retrain-changed", action="store_true",
-                   help="retrain complete members whose settings, multi-task run or data changed (default: error)")
-
-
-def main(argv: list[str] | None = None) -> int:
-    from ..tasks.data import resolve_data_dir
-
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    from ..training.trainer import check_trainer_flags
-
-    spec = load_spec(args.spec, TeacherSpec, "teacher")
-    check_trainer_flags(args)  # a bad Lightning flag fails here, not in the first member's run
-    try:
-        code, teacher_dir = build(spec, args.spec, resolve_data_dir(args.data_dir), args.from_run, args.teachers_dir,
-                                  trainer_flags(args), args.accelerator, args.retrain_changed)
-    except KeyboardInterrupt:
-        code, teacher_dir = 130, Path(args.teachers_dir or spec.output_dir)
-    if code:
-        print(f"interrupted: rerun the same command to resume (complete members in {teacher_dir} are kept)",
-              file=sys.stderr)
-        return code
-    print((teacher_dir / SUMMARY_MD).read_text(encoding="utf-8"))
-    print(f"teacher directory: {teacher_dir}")
-    return 0
-
-
-def cli() -> None:
-    """Console-script entry point (``mtdnn-teachers``)."""
-    run_cli(main)
-
-
-if __name__ == "__main__":
-    cli()
+    return teacher_dir

@@ -7,40 +7,19 @@ Example::
 ``MODEL`` is a complete run directory (its best checkpoint, or ``--checkpoint``) or an export directory.
 Batches are formed as in training's validation (see :mod:`mtdnn.training.inference`), so the best checkpoint's dev
 scores equal those in the run's ``metrics.json``. Prints a table and writes JSON (default
-``MODEL/eval-<split>.json``) with the same ``tasks`` and ``average`` fields as ``metrics.json``.
+``MODEL/eval-<split>.json``) with the same ``tasks`` and ``average`` fields as ``metrics.json``. The command's
+flags are read by :mod:`mtdnn.cli.evaluate`; :func:`evaluate` does the scoring.
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
-import sys
 from pathlib import Path
 
-from ..errors import ConfigError, DataError, HelpFormatter, run_cli
-from ..fileio import prepare_output_path, write_json_atomic
-from ..training.trainer import positive_int, task_list
+from ..errors import ConfigError, DataError
+from ..fileio import prepare_output_path
 
 log = logging.getLogger("mtdnn.evaluate")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m mtdnn.evaluate", description=__doc__.split("\n\n")[0],
-                                formatter_class=HelpFormatter)
-    p.add_argument("model", help="a complete run directory or an export directory")
-    p.add_argument("--tasks", type=task_list, default=None,
-                   help="comma-separated tasks (default: every task of the model that has the split)")
-    p.add_argument("--split", default="dev", help="a labelled split of the task definitions")
-    p.add_argument("--checkpoint", default=None,
-                   help="a checkpoint of the run instead of its best (a path, or relative to the run directory)")
-    p.add_argument("--data-dir", default=None,
-                   help="data root (default: the run's, else $MTDNN_DATA_DIR, else ../shared/data)")
-    p.add_argument("--output", default=None,
-                   help="JSON file to write (default: MODEL/eval-<split>[-<checkpoint>].json)")
-    p.add_argument("--batch-size", type=positive_int, default=None,
-                   help="examples per batch (default: the run's --eval-batch-size, 64)")
-    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... or auto (cuda when available)")
-    return p
 
 
 def evaluation_splits(loaded, names: list[str] | None, split: str, data_dir: Path) -> dict:
@@ -103,43 +82,36 @@ def format_table(scores: dict[str, dict[str, float]], examples: dict[str, int], 
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+def evaluate(loaded, names: list[str] | None = None, split: str = "dev", data_dir: str | Path | None = None,
+             batch_size: int | None = None, device: str = "auto") -> dict:
+    """Score a loaded model (:func:`mtdnn.training.inference.load_model`) on a labelled split of its tasks.
 
-    from ..training.inference import load_model, predict_outputs, resolve_device
+    Args:
+        names: the tasks (default: every task of the model that has ``split``).
+        data_dir: the data root (default: the run's, else ``$MTDNN_DATA_DIR``, else ``../shared/data``).
+        batch_size: examples per batch (default: the run's eval batch size).
+
+    Returns:
+        ``{"split", "data_dir", "tasks": {task: {metric: value}}, "examples": {task: n}, "average"}``, the same
+        ``tasks`` and ``average`` as a run's ``metrics.json``.
+
+    Raises:
+        ConfigError, DataError: see :func:`evaluation_splits`.
+    """
     from ..modeling.metrics import attach_split, average_score, build_metrics, compute_metrics
+    from ..training.inference import predict_outputs, resolve_device
 
-    check_output_path(args.output)
-    loaded = load_model(args.model, args.checkpoint)
-    suffix = f"-{Path(args.checkpoint).stem}" if args.checkpoint else ""
-    output = Path(args.output) if args.output else loaded.model_dir / f"eval-{args.split}{suffix}.json"
-    prepare_output_path(output, "--output")
-    data_dir = loaded.resolve_data_dir(args.data_dir)
-    splits = evaluation_splits(loaded, args.tasks, args.split, data_dir)
-    device = resolve_device(args.device)
+    root = loaded.resolve_data_dir(None if data_dir is None else str(data_dir))
+    splits = evaluation_splits(loaded, names, split, root)
+    device = resolve_device(device)
     model = loaded.model.to(device)
     pad_id = loaded.tokenizer.pad_token_id or 0
     scores, examples = {}, {}
-    for name, split in splits.items():
+    for name, tokenized in splits.items():
         task = loaded.tasks[name]
-        metrics = attach_split(build_metrics(task).to(device), split)
-        predict_outputs(model, task, split, pad_id, args.batch_size or loaded.eval_batch_size,
-                        loaded.pad_to_multiple_of, metrics=metrics, device=device, progress=f"{name} {args.split}")
-        scores[name], examples[name] = compute_metrics(metrics), len(split)
+        metrics = attach_split(build_metrics(task).to(device), tokenized)
+        predict_outputs(model, task, tokenized, pad_id, batch_size or loaded.eval_batch_size,
+                        loaded.pad_to_multiple_of, metrics=metrics, device=device, progress=f"{name} {split}")
+        scores[name], examples[name] = compute_metrics(metrics), len(tokenized)
     average = average_score(scores, {n: loaded.tasks[n].metric_names for n in scores})
-
-    write_json_atomic(output, {"model": str(loaded.model_dir), "checkpoint": loaded.source, "split": args.split,
-                               "data_dir": str(data_dir), "tasks": scores, "examples": examples, "average": average})
-    print(format_table(scores, examples, args.split, average, {n: loaded.tasks[n].metric_names for n in scores}))
-    print(f"written: {output}", file=sys.stderr)
-    return 0
-
-
-def cli() -> None:
-    """Console-script entry point (``mtdnn-evaluate``)."""
-    run_cli(main)
-
-
-if __name__ == "__main__":
-    cli()
+    return {"split": split, "data_dir": str(root), "tasks": scores, "examples": examples, "average": average}

@@ -23,44 +23,16 @@ are written atomically once every prediction is made, so a failure never leaves 
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import sys
 from pathlib import Path
 
 from ..tasks.data import Example
-from ..errors import ConfigError, DataError, RawHelpFormatter, run_cli
-from ..fileio import prepare_output_path, write_atomic
+from ..errors import DataError
 from ..tasks.taskdef import TaskDef
-from ..training.trainer import positive_int
 
 log = logging.getLogger("mtdnn.predict")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m mtdnn.predict", description=__doc__.split("\n\n")[0],
-                                formatter_class=RawHelpFormatter,
-                                epilog=__doc__.split("\n\n", 2)[2])
-    p.add_argument("model", help="a complete run directory or an export directory")
-    p.add_argument("--task", default=None, help="the task to predict (default: the model's only task)")
-    source = p.add_mutually_exclusive_group(required=True)
-    source.add_argument("--split", help="a split of the task definition, read from the data root (e.g. test)")
-    source.add_argument("--text", nargs="+", metavar="TEXT", help="one example: one text, or a pair")
-    source.add_argument("--input", metavar="FILE", help="tsv or jsonl examples, one per line; - reads stdin")
-    p.add_argument("--input-format", choices=["auto", "tsv", "jsonl"], default="auto",
-                   help="auto: jsonl for *.jsonl files or lines starting with '{', else tsv")
-    p.add_argument("--format", choices=["tsv", "jsonl", "glue"], default=None,
-                   help="output format (default: glue for the test split of a GLUE task, else tsv)")
-    p.add_argument("--output", default=None, help="output file or directory (default: stdout)")
-    p.add_argument("--checkpoint", default=None,
-                   help="a checkpoint of the run instead of its best (a path, or relative to the run directory)")
-    p.add_argument("--data-dir", default=None,
-                   help="data root for --split (default: the run's, else $MTDNN_DATA_DIR, else ../shared/data)")
-    p.add_argument("--batch-size", type=positive_int, default=None,
-                   help="examples per batch (default: the run's --eval-batch-size, 64)")
-    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... or auto (cuda when available)")
-    return p
 
 
 # ------------------------------------------------------------------------------------------------------ input
@@ -199,65 +171,19 @@ def output_path(output: str | None, task: TaskDef, split: str, fmt: str) -> Path
     return path / f"{task.name}-{split}.{fmt}"
 
 
-# ------------------------------------------------------------------------------------------------------ command
+# ------------------------------------------------------------------------------------------------------ predict
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+def predict_examples(loaded, task: TaskDef, split, batch_size: int | None = None, device: str = "auto",
+                     progress: str | None = None) -> list[dict]:
+    """Predictions of a loaded model (:func:`mtdnn.training.inference.load_model`) for every row of a tokenized
+    ``split`` of ``task``, in its order (see :func:`mtdnn.training.inference.decode` for the fields).
 
-    from ..tasks.data import tokenize_examples, tokenized_split
-    from ..training.inference import decode, load_model, predict_outputs, resolve_device
+    ``progress``: a label for the progress line on stderr (None: silent)."""
+    from ..training.inference import decode, predict_outputs, resolve_device
 
-    loaded = load_model(args.model, args.checkpoint)
-    if args.task is None and len(loaded.tasks) > 1:
-        raise ConfigError(f"--task: {loaded.model_dir} has several tasks ({', '.join(loaded.tasks)}); name one")
-    task = loaded.task(args.task or next(iter(loaded.tasks)))
-    if task.task_type.read_file is not None:  # token-level types: words and entities, answers over windows
-        from .token_predict import predict_token_task
-
-        text, count = predict_token_task(args, loaded, task, resolve_device(args.device))
-        return _write(text, output_path(args.output, task, args.split or "input", args.format or "jsonl"), count,
-                      args.format or "jsonl")
-    fmt = args.format or ("glue" if args.split == "test" and task.glue_name else "tsv")
-    if fmt == "glue" and (args.split is None or not task.glue_name):
-        raise ConfigError(f"--format glue: needs --split and a task with a glue_name (task '{task.name}' "
-                          f"{'has glue_name ' + task.glue_name if task.glue_name else 'has none'})")
-
-    if args.split is not None:
-        split_name = args.split
-        split = tokenized_split(task, args.split, loaded.resolve_data_dir(args.data_dir), loaded.tokenizer,
-                                loaded.max_length)
-    else:
-        split_name = "input"
-        examples = text_example(args.text, task) if args.text else read_input(args.input, args.input_format, task)
-        split = tokenize_examples(examples, task, loaded.tokenizer, loaded.max_length)
-
-    path = output_path(args.output, task, split_name, fmt)
-    if path is not None:
-        prepare_output_path(path, "--output")
-    device = resolve_device(args.device)
+    device = resolve_device(device)
     outputs = predict_outputs(loaded.model.to(device), task, split, loaded.tokenizer.pad_token_id or 0,
-                              args.batch_size or loaded.eval_batch_size, loaded.pad_to_multiple_of, device=device,
-                              progress=f"{task.name} {split_name}")
-    text = format_predictions(task, split.ids, decode(task, outputs), fmt)
-    return _write(text, path, len(split), fmt)
-
-
-def _write(text: str, path: Path | None, count: int, fmt: str) -> int:
-    """Write the predictions to ``path`` atomically, or to stdout when None."""
-    if path is None:
-        sys.stdout.write(text)
-    else:
-        write_atomic(path, text)
-        print(f"{count} predictions ({fmt}) written: {path}", file=sys.stderr)
-    return 0
-
-
-def cli() -> None:
-    """Console-script entry point (``mtdnn-predict``)."""
-    run_cli(main)
-
-
-if __name__ == "__main__":
-    cli()
+                              batch_size or loaded.eval_batch_size, loaded.pad_to_multiple_of, device=device,
+                              progress=progress)
+    return decode(task, outputs)

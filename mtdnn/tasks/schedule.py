@@ -28,7 +28,8 @@ import torch
 
 ScheduleName = Literal["proportional", "temperature", "uniform"]
 # (task index, row, weight, global size): weight 0 marks a DDP padding copy; global size is the number of real
-# examples of the step on all ranks together (the same on every rank, so the loss needs no all-reduce).
+# examples of the optimizer step on all ranks and accumulated batches together (the same on every rank, so the
+# loss needs no all-reduce).
 Key = tuple[int, int, float, int]
 
 MEGA_BATCH_FACTOR = 50
@@ -65,11 +66,13 @@ class TaskSize:
 
 
 class MultiTaskBatchSampler(torch.utils.data.Sampler):
-    """Yields, per optimizer step, one task's batch as a list of keys ``(task_index, row, weight, global_size)``.
+    """Yields, per batch, one task's batch as a list of keys ``(task_index, row, weight, global_size)``.
 
     ``batch_size`` is the global batch: with ``world_size`` ranks, rank r takes rows ``r, r + W, ...`` of each
     global batch, padded with weight-0 copies so that every rank has ``ceil(len / W)`` rows (the copies are
-    masked out of loss and metrics). Call :meth:`set_epoch` at the start of every epoch: the plan of epoch e
+    masked out of loss and metrics). An optimizer step is ``accumulate_grad_batches`` consecutive batches of the
+    plan (the last step of an epoch may have fewer); ``global_size`` is the number of real examples of the
+    step the batch belongs to, over all its batches and ranks: the loss normaliser. Call :meth:`set_epoch` at the start of every epoch: the plan of epoch e
     depends only on ``(seed, e)``. ``state_dict`` holds the epoch and the number of steps already taken.
 
     Raises:
@@ -78,7 +81,7 @@ class MultiTaskBatchSampler(torch.utils.data.Sampler):
 
     def __init__(self, tasks: Sequence[TaskSize], batch_size: int, schedule: ScheduleName = "proportional",
                  temperature: float = 1.0, seed: int = 0, rank: int = 0, world_size: int = 1,
-                 group_by_length: bool = True):
+                 group_by_length: bool = True, accumulate_grad_batches: int = 1):
         if schedule not in ("proportional", "temperature", "uniform"):
             raise ValueError(f"unknown schedule {schedule!r} (use proportional, temperature or uniform)")
         if batch_size <= 0 or temperature <= 0 or not tasks:
@@ -86,6 +89,7 @@ class MultiTaskBatchSampler(torch.utils.data.Sampler):
         self.tasks, self.batch_size, self.schedule = list(tasks), batch_size, schedule
         self.temperature, self.seed, self.group_by_length = temperature, seed, group_by_length
         self.rank, self.world_size = rank, world_size
+        self.accumulate_grad_batches = accumulate_grad_batches
         self.epoch, self.position = 0, 0
 
     # -- plan ---------------------------------------------------------------------------------------------
@@ -142,13 +146,20 @@ class MultiTaskBatchSampler(torch.utils.data.Sampler):
     def __len__(self) -> int:
         return sum(self.batches_per_task())
 
+    def step_examples(self, plan: list[tuple[int, list[int]]]) -> list[int]:
+        """Per batch of ``plan``, the real examples of its optimizer step (its group of accumulated batches)."""
+        k = self.accumulate_grad_batches
+        totals = [sum(len(rows) for _, rows in plan[s:s + k]) for s in range(0, len(plan), k)]
+        return [totals[i // k] for i in range(len(plan))]
+
     def __iter__(self) -> Iterator[list[Key]]:
         plan = self.plan(self.epoch)
+        examples = self.step_examples(plan)
         start = self.position if self.position < len(plan) else 0
         for step in range(start, len(plan)):
             task, rows = plan[step]
             self.position = step + 1
-            yield [(task, r, w, len(rows)) for r, w in self.shard(rows)]
+            yield [(task, r, w, examples[step]) for r, w in self.shard(rows)]
 
     def state_dict(self) -> dict:
         return {"epoch": self.epoch, "position": self.position}

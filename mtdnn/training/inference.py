@@ -23,11 +23,10 @@ import torch
 
 from ..tasks.data import TokenizedSplit, collate, resolve_data_dir
 from ..errors import CheckpointError, ConfigError
-from ..fileio import read_yaml
 from .export import is_export_dir, load_export
 from ..modeling.metrics import update_metrics
 from ..modeling.model import MultiTaskModel, load_encoder, load_tokenizer
-from .runs import CONFIG_FILE, EXPORT_DIR, complete_run, load_checkpoint_file
+from .runs import EXPORT_DIR, complete_run, load_checkpoint_file, read_run_config
 from ..tasks.schedule import EvalBatchSampler
 from ..tasks.taskdef import TaskDef, parse_tasks
 
@@ -70,14 +69,6 @@ class LoadedModel:
         return resolve_data_dir(flag)
 
 
-def _read_config(run_dir: Path) -> dict:
-    path = run_dir / CONFIG_FILE
-    config = read_yaml(path, CheckpointError, "run configuration")
-    if not isinstance(config, dict):
-        raise CheckpointError(f"{path}: not a run configuration (expected a mapping)")
-    return config
-
-
 def _checkpoint_path(run_dir: Path, checkpoint: str | None, metrics: dict) -> Path:
     """``--checkpoint`` as given or relative to the run directory; by default the run's best checkpoint."""
     if checkpoint is None:
@@ -88,16 +79,16 @@ def _checkpoint_path(run_dir: Path, checkpoint: str | None, metrics: dict) -> Pa
 
 def _load_run(run_dir: Path, checkpoint: str | None) -> LoadedModel:
     metrics = complete_run(run_dir)
-    config = _read_config(run_dir)
-    args = config.get("args") or {}
+    settings, resolved = read_run_config(run_dir)
     path = _checkpoint_path(run_dir, checkpoint, metrics)
     if checkpoint is None and not path.is_file() and is_export_dir(run_dir / EXPORT_DIR):
         # a teacher member keeps its export only (its checkpoints are removed to save disk): the same weights
         model, tokenizer, tasks = load_export(run_dir / EXPORT_DIR)
         return LoadedModel(model, tokenizer, tasks, run_dir, str(run_dir / EXPORT_DIR),
-                           eval_batch_size=int(args.get("eval_batch_size") or DEFAULT_BATCH_SIZE),
-                           max_length=args.get("max_length"),
-                           pad_to_multiple_of=int(args.get("pad_to_multiple_of") or 1), data_dir=config.get("data_dir"))
+                           eval_batch_size=int(settings.get("eval_batch_size") or DEFAULT_BATCH_SIZE),
+                           max_length=settings.get("max_length"),
+                           pad_to_multiple_of=int(settings.get("pad_to_multiple_of") or 1),
+                           data_dir=settings.get("data_dir"))
     state = load_checkpoint_file(path)
     hparams, weights = state.get("hyper_parameters"), state.get("state_dict")
     if not isinstance(hparams, dict) or not isinstance(hparams.get("tasks"), dict) or not isinstance(weights, dict):
@@ -106,7 +97,7 @@ def _load_run(run_dir: Path, checkpoint: str | None) -> LoadedModel:
     tasks = parse_tasks({"tasks": definitions}, str(path))
     # The architecture and tokenizer come from the run's export (always local); the weights from the checkpoint.
     export_encoder = run_dir / EXPORT_DIR / "encoder"
-    encoder_name = str(export_encoder if export_encoder.is_dir() else hparams.get("encoder", config.get("encoder")))
+    encoder_name = str(export_encoder if export_encoder.is_dir() else hparams.get("encoder", resolved.get("encoder")))
     trust = bool(hparams.get("trust_remote_code", False))
     model = MultiTaskModel(load_encoder(encoder_name, trust), tasks)
     try:
@@ -114,9 +105,10 @@ def _load_run(run_dir: Path, checkpoint: str | None) -> LoadedModel:
     except RuntimeError as err:
         raise CheckpointError(f"{path}: its weights do not fit the run's model ({err})") from None
     return LoadedModel(model.eval(), load_tokenizer(encoder_name, trust), tasks, run_dir, str(path),
-                       eval_batch_size=int(args.get("eval_batch_size") or DEFAULT_BATCH_SIZE),
-                       max_length=args.get("max_length"), pad_to_multiple_of=int(args.get("pad_to_multiple_of") or 1),
-                       data_dir=config.get("data_dir"))
+                       eval_batch_size=int(settings.get("eval_batch_size") or DEFAULT_BATCH_SIZE),
+                       max_length=settings.get("max_length"),
+                       pad_to_multiple_of=int(settings.get("pad_to_multiple_of") or 1),
+                       data_dir=settings.get("data_dir"))
 
 
 def resolve_device(name: str) -> str:

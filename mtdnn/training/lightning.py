@@ -148,13 +148,15 @@ class MultiTaskDataModule(pl.LightningDataModule):
         pad_to_multiple_of: pad sequence length to a multiple (8 suits tensor cores).
         length_buckets: pad each batch to the shortest of these ascending lengths that holds it (a bounded set
             of shapes for a compiled encoder); None: no buckets.
+        accumulate_grad_batches: batches per optimizer step; every training batch carries ``global_examples``,
+            the real examples of its optimizer step (the loss normaliser, see :meth:`MultiTaskModule.loss_normalizer`).
     """
 
     def __init__(self, tasks: dict[str, TaskDef], data_dir: Path, tokenizer, batch_size: int = 32,
                  eval_batch_size: int = 64, schedule: str = "proportional", temperature: float = 1.0,
                  seed: int = 0, limit_train_examples: int | None = None, max_length: int | None = None,
                  pad_to_multiple_of: int = 1, num_workers: int = 0, length_buckets: list[int] | None = None,
-                 limit_eval_examples: int | None = None):
+                 limit_eval_examples: int | None = None, accumulate_grad_batches: int = 1):
         super().__init__()
         self.limit_eval_examples = limit_eval_examples
         self.tasks, self.data_dir, self.tokenizer = tasks, data_dir, tokenizer
@@ -164,6 +166,7 @@ class MultiTaskDataModule(pl.LightningDataModule):
         self.pad_to_multiple_of, self.num_workers = pad_to_multiple_of, num_workers
         self.length_buckets = sorted(length_buckets) if length_buckets else None
         self.mark_shapes: str | None = None  # "buckets" or "dynamic" for a compiled encoder (mtdnn.training.speed)
+        self.accumulate_grad_batches = accumulate_grad_batches
         self.train_sets: list[TokenizedSplit] = []
         self.dev_sets: dict[str, TokenizedSplit] = {}
         self.train_sampler: MultiTaskBatchSampler | None = None
@@ -199,7 +202,8 @@ class MultiTaskDataModule(pl.LightningDataModule):
         rank, world = (self.trainer.global_rank, self.trainer.world_size) if self.trainer else (0, 1)
         sizes = [TaskSize(s.lengths, t.sampling_weight) for s, t in zip(self.train_sets, self.tasks.values())]
         self.train_sampler = MultiTaskBatchSampler(sizes, self.batch_size, self.schedule, self.temperature,
-                                                   self.seed, rank, world)
+                                                   self.seed, rank, world,
+                                                   accumulate_grad_batches=self.accumulate_grad_batches)
         self._rank, self._world = rank, world
 
     def _collator(self, tasks: list[TaskDef]) -> TaskCollator:
@@ -290,21 +294,26 @@ class MultiTaskModule(pl.LightningModule):
             sampler.set_epoch(self.current_epoch)
 
     def loss_normalizer(self, batch: dict) -> float | torch.Tensor:
-        """The normaliser of :mod:`mtdnn.modeling.losses`: the step's real examples on all ranks / world size.
+        """The normaliser of :mod:`mtdnn.modeling.losses` for ``batch``: the real examples of its optimizer step.
 
-        Scheduled batches carry that count (``global_examples``, from the schedule, the same on every rank), so
-        no all-reduce and no host-device synchronisation is needed; other batches (a bare module, hand-made
-        batches) fall back to this rank's ``weight.sum()`` on one process.
+        An optimizer step is ``accumulate_grad_batches`` batches (each one task's) on each of W ranks; its loss is
+        ``sum_i w_i l_i / N`` over all of them, N the step's real examples. Scheduled batches carry N
+        (``global_examples``, from the schedule, the same on every rank), so no all-reduce and no host-device
+        synchronisation is needed. Each rank divides by N / W because DDP averages gradients over ranks, and by
+        the accumulation K once more because Lightning divides every batch's loss by K: the normaliser is
+        N / (W K). Other batches (a bare module, hand-made batches) fall back to this rank's ``weight.sum()``
+        on one process.
         """
         world = self.trainer.world_size if self._trainer else 1
+        accumulation = self.trainer.accumulate_grad_batches if self._trainer else 1
         if "global_examples" in batch:
-            return max(int(batch["global_examples"]), 1) / world
+            return max(int(batch["global_examples"]), 1) / (world * accumulation)
         if world > 1:
             raise RuntimeError("a training batch without global_examples under DDP (use MultiTaskDataModule)")
         return batch["weight"].sum().clamp(min=1.0)
 
     def task_loss(self, batch: dict, outputs: torch.Tensor) -> torch.Tensor:
-        """The task's loss, normalised by the global number of real examples (see :mod:`mtdnn.modeling.losses`)."""
+        """The task's loss, normalised by the real examples of the optimizer step (:meth:`normalizer`)."""
         task = self.task_defs[batch["task"]]
         return task.loss_weight * LOSSES[task.loss_name](outputs, batch["labels"], batch["weight"],
                                                          self.loss_normalizer(batch))
@@ -397,7 +406,8 @@ class MultiTaskModule(pl.LightningModule):
             for metric, value in task_scores.items():
                 self.log(f"dev/{name}/{metric}", value)  # compute() already reduced across ranks
         self.log("dev/average", average, prog_bar=True)
-        self.dev_history.append({"epoch": self.current_epoch + 1, "tasks": scores, "average": average})
+        self.dev_history.append({"epoch": self.current_epoch + 1, "step": self.global_step, "tasks": scores,
+                                 "average": average})
 
     def configure_optimizers(self):
         from transformers import get_linear_schedule_with_warmup
@@ -423,7 +433,7 @@ class MultiTaskModule(pl.LightningModule):
         sampler = getattr(self.trainer.datamodule, "train_sampler", None)
         if sampler is None or not self.trainer.max_epochs or self.trainer.max_epochs < 0:
             return int(self.trainer.estimated_stepping_batches)
-        total = self.trainer.max_epochs * len(sampler) // self.trainer.accumulate_grad_batches
+        total = self.trainer.max_epochs * -(-len(sampler) // self.trainer.accumulate_grad_batches)
         return min(total, self.trainer.max_steps) if self.trainer.max_steps > 0 else total
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:

@@ -2,7 +2,7 @@
 
 A training run directory holds::
 
-    config.yaml        the resolved configuration (flags and task definitions), written first
+    config.yaml        the TrainConfig, resolved, and a resolved: section (encoder, task definitions), written first
     checkpoints/       last.ckpt and best.ckpt (Lightning checkpoints, saved atomically)
     logs/              metrics.csv per step/epoch (and TensorBoard events when installed)
     schedule.json      the task of every optimizer step and the realised batch count per task
@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -119,6 +120,93 @@ def config_differences(saved: Any, current: Any, prefix: str = "") -> list[tuple
             found += config_differences(saved.get(key), current.get(key), f"{prefix}{key}.")
         return found
     return [] if saved == current else [(prefix.rstrip("."), saved, current)]
+
+
+@dataclass(frozen=True)
+class Run:
+    """A training run directory (what :func:`mtdnn.fit` returns): its paths, metrics and best model.
+
+    ``metrics``, ``best`` and ``config`` read the files each time they are asked for.
+    """
+
+    directory: Path
+
+    def __post_init__(self):
+        object.__setattr__(self, "directory", Path(self.directory))
+
+    @property
+    def config_path(self) -> Path:
+        return self.directory / CONFIG_FILE
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.directory / CHECKPOINT_DIR
+
+    @property
+    def export(self) -> Path:
+        return self.directory / EXPORT_DIR
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.directory / METRICS_FILE
+
+    @property
+    def schedule_path(self) -> Path:
+        return self.directory / SCHEDULE_FILE
+
+    @property
+    def complete(self) -> bool:
+        return read_metrics(self.directory) is not None
+
+    @property
+    def metrics(self) -> dict:
+        """``metrics.json``: dev scores per evaluation and the best one.
+
+        Raises:
+            CheckpointError: the run is not complete.
+        """
+        return complete_run(self.directory)
+
+    @property
+    def best(self) -> dict:
+        """The best evaluation: ``{"epoch", "step", "checkpoint", "tasks": {task: {metric: value}}, "average"}``."""
+        return self.metrics["best"]
+
+    @property
+    def config(self):
+        """The run's :class:`~mtdnn.training.config.TrainConfig` (from ``config.yaml``).
+
+        Raises:
+            ConfigError: ``config.yaml`` is missing, or is not a training run's.
+        """
+        from .config import load_config
+
+        return load_config(self.config_path)
+
+
+def read_run_config(run_dir: str | Path) -> tuple[dict, dict]:
+    """A run's ``config.yaml`` as ``(settings, resolved)``: the :class:`~mtdnn.training.config.TrainConfig` fields
+    and the ``resolved`` section (``command``, ``encoder``, ``tasks``, ...).
+
+    Runs written before ``config.yaml`` held the TrainConfig (flags under ``args``, the encoder and data root at the
+    top) are read into the same two parts.
+
+    Raises:
+        CheckpointError: missing, unreadable or not a mapping.
+    """
+    from ..fileio import read_yaml
+
+    path = Path(run_dir) / CONFIG_FILE
+    raw = read_yaml(path, CheckpointError, "run configuration")
+    if not isinstance(raw, dict):
+        raise CheckpointError(f"{path}: not a run configuration (expected a mapping)")
+    if "args" in raw or "resolved" not in raw:  # the earlier layout
+        settings = dict(raw.get("args") or {})
+        settings["data_dir"] = raw.get("data_dir", settings.get("data_dir"))
+        resolved = {k: raw.get(k) for k in ("command", "encoder", "tasks")}
+        return settings, resolved
+    settings = {k: v for k, v in raw.items() if k != "resolved"}
+    return settings, dict(raw["resolved"] or {})
 
 
 def load_checkpoint_file(path: str | Path) -> dict:

@@ -1,184 +1,39 @@
-"""``python -m mtdnn.train TASK_DEFS``: multi-task training of one shared encoder (MT-DNN Algorithm 1).
+"""Multi-task training of one shared encoder (MT-DNN Algorithm 1): :func:`fit` runs a :class:`TrainConfig`.
 
-Example::
+Example (the command, :mod:`mtdnn.cli.train`, and the API, :func:`mtdnn.fit`, both end here)::
 
     python -m mtdnn.train task_defs/glue.yaml --data-dir ../shared/data --tasks rte,mrpc,stsb,cola
 
 writes a run directory (see :mod:`mtdnn.training.runs`) with the resolved config, checkpoints, logs, ``schedule.json``,
-the export of the best epoch's model and, last, ``metrics.json``.
+the export of the best model and, last, ``metrics.json``.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import math
 import os
 import signal
-import sys
 import warnings
 from collections import Counter
 from pathlib import Path
 
-from ..errors import CheckpointError, ConfigError, HelpFormatter, run_cli
-from ..fileio import (append_lines, prepare_output_dir, read_json, read_safetensors, read_yaml, write_json_atomic,
-                      write_yaml_atomic)
+from ..errors import CheckpointError, ConfigError, Diverged, Interrupted
+from ..fileio import (append_lines, make_dir, prepare_output_dir, read_json, read_safetensors, read_yaml,
+                      write_json_atomic, write_yaml_atomic)
 from ..tasks.taskdef import TaskDef, load_task_defs, select_tasks
+from .config import LOGGERS, RESOLVED_KEY, TrainConfig
+from .runs import Run
 
 log = logging.getLogger("mtdnn.train")
 
 
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer (got {text})")
-    return value
-
-
-def float_in(low: float, high: float = math.inf, low_open: bool = False, high_open: bool = True):
-    """A flag type: a finite float in the interval from ``low`` to ``high`` (open or closed at each end).
-
-    ``inf``, ``nan`` and values outside the interval are refused by argparse (exit code 2, naming the flag).
-    """
-    upper = "inf" if high == math.inf else f"{high:g}"
-    shown = f"{'(' if low_open else '['}{low:g}, {upper}{')' if high_open else ']'}"
-
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a number (got {text!r})") from None
-        inside = (value > low if low_open else value >= low) and (value < high if high_open else value <= high)
-        if not math.isfinite(value) or not inside:
-            raise argparse.ArgumentTypeError(f"must be a finite number in {shown} (got {text})")
-        return value
-
-    parse.__name__ = f"float in {shown}"
-    return parse
-
-
-positive_float = float_in(0, low_open=True)
-
-
-def max_length_int(text: str) -> int:
-    """A flag type for ``--max-length``: the range a task definition's ``max_length`` allows."""
-    from ..tasks.taskdef import MAX_LENGTH_RANGE
-
-    low, high = MAX_LENGTH_RANGE
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer (got {text!r})") from None
-    if not low <= value <= high:
-        raise argparse.ArgumentTypeError(f"must be in [{low}, {high}], as a task's max_length (got {text}); "
-                                         "a pair needs room for its special tokens and some of each text")
-    return value
-
-
-def task_list(text: str) -> list[str]:
-    names = [t.strip() for t in text.split(",") if t.strip()]
-    if not names:
-        raise argparse.ArgumentTypeError("give at least one task name, comma-separated")
-    return names
-
-
-def add_trainer_args(parser: argparse.ArgumentParser) -> None:
-    """Lightning Trainer options shared by the training commands (engineering, not research)."""
-    g = parser.add_argument_group("Lightning trainer")
-    g.add_argument("--accelerator", default="auto", help="cpu, gpu, cuda, mps or auto")
-    g.add_argument("--devices", default="auto", help="number of devices, a list like 0,1, or auto")
-    g.add_argument("--strategy", default="auto",
-                   help="auto, ddp (mapped to DDP with find_unused_parameters=True: each step leaves other "
-                        "tasks' heads unused), ddp_spawn, ...")
-    g.add_argument("--num-nodes", type=positive_int, default=1, help="nodes for multi-node DDP")
-    g.add_argument("--precision", default="32-true",
-                   help="32-true (default), bf16-mixed or 16-mixed (GPU), bf16-true")
-    g.add_argument("--num-workers", type=int, default=0, help="DataLoader worker processes")
-    g.add_argument("--keep-last-checkpoint", action="store_true",
-                   help="keep checkpoints/last.ckpt (weights and optimizer state, for --resume) when the run "
-                        "completes; by default it is removed, and best.ckpt holds the weights only")
-    g.add_argument("--compile", nargs="?", const="inductor", default=None, metavar="BACKEND",
-                   help="torch.compile the encoder, in place so checkpoints keep their parameter names "
-                        "(backend default: inductor)")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m mtdnn.train", description=__doc__.split("\n\n")[0],
-                                formatter_class=HelpFormatter)
-    p.add_argument("task_defs", help="task-definition YAML (e.g. task_defs/glue.yaml)")
-    p.add_argument("--tasks", type=task_list, default=None,
-                   help="comma-separated tasks to train (default: every task with a train split)")
-    p.add_argument("--data-dir", default=None,
-                   help="data root for the task files (default: $MTDNN_DATA_DIR, else ../shared/data)")
-    p.add_argument("--encoder", default="packaged-minilm",
-                   help="Hugging Face encoder name or path; packaged-minilm is the embedded all-MiniLM-L6-v2")
-    p.add_argument("--init-from", default=None,
-                   help="start from an earlier run's (or export's) encoder and the heads of matching tasks")
-    p.add_argument("--output-dir", default=None,
-                   help="run directory (default: runs/<task-defs>-<tasks>-seed<seed>)")
-    p.add_argument("--overwrite", action="store_true", help="replace a run directory that holds a complete run")
-    p.add_argument("--resume", action="store_true",
-                   help="continue the interrupted run in --output-dir from checkpoints/last.ckpt (same flags)")
-    p.add_argument("--checkpoint-every-n-steps", type=positive_int, default=None, metavar="N",
-                   help="also save checkpoints/last.ckpt every N optimizer steps (always at epoch ends and on SIGTERM)")
-    g = p.add_argument_group("optimisation")
-    g.add_argument("--max-epochs", type=positive_int, default=3, help="training epochs")
-    g.add_argument("--batch-size", type=positive_int, default=32, help="global batch size (all ranks together)")
-    g.add_argument("--eval-batch-size", type=positive_int, default=64, help="dev batch size per rank")
-    g.add_argument("--lr", type=float_in(0, 1, low_open=True, high_open=False), default=5e-5,
-                   help="peak learning rate (AdamW), in (0, 1]")
-    g.add_argument("--weight-decay", type=float_in(0), default=0.01,
-                   help="AdamW weight decay (not on biases, LayerNorm)")
-    g.add_argument("--warmup-ratio", type=float_in(0, 1), default=0.1, help="fraction of steps with linear warm-up")
-    g.add_argument("--gradient-clip", type=float_in(0), default=1.0, help="max gradient norm (0: none)")
-    g.add_argument("--max-length", type=max_length_int, default=None,
-                   help="override every task's max sequence length (default: each task's, 128 in glue.yaml)")
-    g.add_argument("--schedule", choices=["proportional", "temperature", "uniform"], default="proportional",
-                   help="task schedule: proportional = MT-DNN Algorithm 1")
-    g.add_argument("--temperature", type=positive_float, default=2.0,
-                   help="T of temperature sampling, p_t ~ n_t^(1/T) (only with --schedule temperature)")
-    g.add_argument("--seed", type=int, default=42, help="seed of initialisation, dropout and the schedule")
-    g.add_argument("--limit-train-examples", type=positive_int, default=None, metavar="N",
-                   help="use the first N rows of each task's train split")
-    g.add_argument("--limit-eval-examples", type=positive_int, default=None, metavar="N",
-                   help="score the first N rows of each task's dev split (a quick run; its default run directory "
-                        "is marked -limited)")
-    g.add_argument("--pad-to-multiple-of", type=positive_int, default=1, help="pad lengths to a multiple (8 on GPU)")
-    g.add_argument("--dropout", type=float_in(0, 1), default=None,
-                   help="override every dropout probability, encoder and heads (default: the encoder's and tasks')")
-    p.add_argument("--trust-remote-code", action="store_true",
-                   help="allow encoders with custom code from the hub (off by default)")
-    add_trainer_args(p)
-    add_speed_args(p)
-    return p
-
-
-def add_speed_args(parser: argparse.ArgumentParser) -> None:
-    """Speed flags of training (see :mod:`mtdnn.training.speed`); all off by default."""
-    from .speed import SDPA_BACKENDS, parse_buckets
-
-    def buckets(text: str) -> list[int]:
-        try:
-            return parse_buckets(text)
-        except ValueError as err:
-            raise argparse.ArgumentTypeError(str(err)) from None
-
-    g = parser.add_argument_group("speed (see the README's GPU section)")
-    g.add_argument("--length-buckets", type=buckets, default=None, metavar="L1,L2,...",
-                   help="pad every batch to the shortest of these lengths that holds it: with --compile, one graph "
-                        "per bucket (e.g. 32,64,96,128)")
-    g.add_argument("--cuda-graphs", action="store_true",
-                   help="record CUDA graphs per bucket (GPU; needs --compile inductor and --length-buckets)")
-    g.add_argument("--sdpa-backend", choices=SDPA_BACKENDS, default="auto",
-                   help="attention kernels: efficient = flash/memory-efficient, never cuDNN (no plan per shape)")
-
-
 def default_output_dir(task_defs: str, tasks: list[str], seed: int, limit_train_examples: int | None = None,
                        limit_eval_examples: int | None = None) -> Path:
-    """``runs/<yaml stem>-<task>-<task>...-seed<seed>``: a pure function of the flags (DDP ranks agree).
+    """``runs/<yaml stem>-<task>-<task>...-seed<seed>``: a pure function of the settings (DDP ranks agree).
 
-    A limited run (``--limit-train-examples``/``--limit-eval-examples``) gets its own directory, suffixed
+    A limited run (``limit_train_examples``/``limit_eval_examples``) gets its own directory, suffixed
     ``-limited-train<N>-dev<M>``, so that it never takes the place of a full run that teachers build from.
     """
     limits = "".join(f"-{what}{n}" for what, n in (("train", limit_train_examples), ("dev", limit_eval_examples)) if n)
@@ -186,7 +41,7 @@ def default_output_dir(task_defs: str, tasks: list[str], seed: int, limit_train_
 
 
 def run_limits(run: str | Path) -> dict[str, int]:
-    """The ``--limit-*-examples`` a training run was made with (its ``config.yaml``); empty for a full run or when
+    """The ``limit_*_examples`` a training run was made with (its ``config.yaml``); empty for a full run or when
     the run has no configuration (an export directory)."""
     from .runs import CONFIG_FILE
 
@@ -194,22 +49,20 @@ def run_limits(run: str | Path) -> dict[str, int]:
     if not path.is_file():
         return {}
     config = read_yaml(path, CheckpointError, "run configuration")
-    args = config.get("args") if isinstance(config, dict) else None
-    if not isinstance(args, dict):
+    if not isinstance(config, dict):
         return {}
-    return {k: args[k] for k in ("limit_train_examples", "limit_eval_examples") if args.get(k)}
+    settings = config.get("args") if isinstance(config.get("args"), dict) else config  # older runs: under args
+    return {k: settings[k] for k in ("limit_train_examples", "limit_eval_examples") if settings.get(k)}
 
 
-def check_trainer_flags(flags: argparse.Namespace) -> None:
-    """Check the Lightning flags of a training command (see :func:`check_lightning_flags`) and ``--num-workers``.
+def check_trainer_flags(config: TrainConfig) -> None:
+    """Check the Lightning settings of ``config`` (see :func:`check_lightning_flags`) before anything is written.
 
     Raises:
-        ConfigError: a negative --num-workers, or Lightning rejects the flags.
+        ConfigError: Lightning rejects the flags.
     """
-    if getattr(flags, "num_workers", 0) < 0:
-        raise ConfigError(f"--num-workers: must not be negative (got {flags.num_workers})")
-    check_lightning_flags(accelerator=flags.accelerator, devices=flags.devices, strategy=flags.strategy,
-                          precision=flags.precision, num_nodes=flags.num_nodes)
+    check_lightning_flags(accelerator=config.accelerator, devices=config.devices, strategy=config.strategy,
+                          precision=config.precision, num_nodes=config.num_nodes)
 
 
 PRECISIONS = ("32-true", "bf16-mixed", "bf16-true", "16-mixed", "16-true", "64-true")
@@ -279,24 +132,38 @@ def is_global_zero() -> bool:
     return all(os.environ.get(v, "0") == "0" for v in ("RANK", "LOCAL_RANK", "NODE_RANK"))
 
 
-def schedule_summary(step_log: list[tuple[int, str]], schedule: str, batch_size: int) -> dict:
-    """``schedule.json``: the task of every optimizer step per epoch and the realised batch counts."""
+def schedule_summary(step_log: list[tuple[int, str]], schedule: str, batch_size: int,
+                     accumulate_grad_batches: int = 1) -> dict:
+    """``schedule.json``: the task of every batch per epoch and the realised batch counts.
+
+    With gradient accumulation an optimizer step is ``accumulate_grad_batches`` consecutive batches (each one
+    task's); ``steps`` counts batches.
+    """
     epochs = sorted({e for e, _ in step_log})
     per_epoch = []
     for epoch in epochs:
         steps = [t for e, t in step_log if e == epoch]
         per_epoch.append({"epoch": epoch + 1, "steps": steps, "batches_per_task": dict(Counter(steps))})
-    return {"schedule": schedule, "global_batch_size": batch_size, "steps": len(step_log),
-            "batches_per_task": dict(Counter(t for _, t in step_log)), "epochs": per_epoch}
+    summary = {"schedule": schedule, "global_batch_size": batch_size, "steps": len(step_log),
+               "batches_per_task": dict(Counter(t for _, t in step_log)), "epochs": per_epoch}
+    if accumulate_grad_batches > 1:
+        summary["accumulate_grad_batches"] = accumulate_grad_batches
+    return summary
 
 
-def metrics_summary(history: list[dict], best_checkpoint: Path, run_dir: Path) -> dict:
-    """``metrics.json``: dev scores per epoch and the best epoch (highest average, first on ties)."""
+def metrics_summary(history: list[dict], best_checkpoint: Path, run_dir: Path, stopped_early: dict | None = None) -> dict:
+    """``metrics.json``: dev scores per evaluation and the best one (highest average, first on ties).
+
+    Each entry of ``epochs`` is one dev evaluation (per epoch, or every N steps with ``eval_every_n_steps``).
+    """
     best = max(history, key=lambda h: h["average"])  # max keeps the first of equal values
-    return {"status": "complete", "epochs": history,
-            "best": {"epoch": best["epoch"],
-                     "checkpoint": str(best_checkpoint.resolve().relative_to(run_dir.resolve())),
-                     "tasks": best["tasks"], "average": best["average"]}}
+    summary = {"status": "complete", "epochs": history,
+               "best": {"epoch": best["epoch"], **({"step": best["step"]} if "step" in best else {}),
+                        "checkpoint": str(best_checkpoint.resolve().relative_to(run_dir.resolve())),
+                        "tasks": best["tasks"], "average": best["average"]}}
+    if stopped_early:
+        summary["stopped_early"] = stopped_early
+    return summary
 
 
 def copy_matching_heads(model, export_dir: Path, tasks: dict[str, TaskDef]) -> list[str]:
@@ -337,25 +204,49 @@ DIVERGED_EXIT_CODE = 3  # training stopped on a non-finite loss or gradient norm
 TRACE_ENV = "MTDNN_TRACE_DIR"
 
 
-def engineering_callbacks(last_checkpoint: Path, every_n_steps: int | None = None) -> list:
+def engineering_callbacks(last_checkpoint: Path, every_n_steps: int | None = None,
+                          eval_every_n_steps: int | None = None) -> list:
     """Callbacks for faults and resumption (engineering, not research).
 
     - Every ``every_n_steps`` optimizer steps, and on SIGTERM (a scheduler pre-empting the job), save
       ``last_checkpoint`` at the end of the step (atomically); after SIGTERM Lightning then stops the run.
-    - With ``$MTDNN_FAULT_AT_STEP=N``, send this process SIGTERM once N optimizer steps are done: tests of
-      interruption and exact resume use a fixed step, never a timer.
-    - With ``$MTDNN_TRACE_DIR``, every rank writes ``trace-rank<r>.jsonl``: per step the task and the real
+      When the step ends with a dev evaluation (``eval_every_n_steps``), the checkpoint is saved again after it, so
+      that a resumed run neither loses nor repeats that evaluation. With gradient accumulation a checkpoint is
+      saved once per optimizer step, after the batch that completed it (never in the middle of an
+      accumulation); a SIGTERM in the middle of one, or during a dev evaluation, loses that partial work.
+    - With ``$MTDNN_FAULT_AT_STEP=N``, send this process SIGTERM once N optimizer steps are done (after the step's
+      dev evaluation, if it has one): tests of interruption and exact resume use a fixed step, never a timer.
+    - With ``$MTDNN_TRACE_DIR``, every rank writes ``trace-rank<r>.jsonl``: per batch the task and the real
       example rows it trained on (for DDP tests).
     """
     import pytorch_lightning as pl
 
     class SaveLastCheckpoint(pl.Callback):
+        def __init__(self):
+            self.saved_step, self.fault_pending = -1, False
+
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            step = trainer.global_step
             fault = os.environ.get(FAULT_ENV)
-            if fault and trainer.global_step == int(fault):
-                os.kill(os.getpid(), signal.SIGTERM)
-            if trainer.received_sigterm or (every_n_steps and trainer.global_step % every_n_steps == 0):
+            if fault and step == int(fault) and not trainer.received_sigterm and not self.fault_pending:
+                if eval_every_n_steps and step % eval_every_n_steps == 0:
+                    self.fault_pending = True  # after this step's dev evaluation (on_validation_end)
+                else:
+                    os.kill(os.getpid(), signal.SIGTERM)
+            new_step = step != self.saved_step
+            if trainer.received_sigterm or (every_n_steps and new_step and step % every_n_steps == 0):
                 trainer.save_checkpoint(last_checkpoint)
+                self.saved_step = step
+
+        def on_validation_end(self, trainer, pl_module):
+            if trainer.sanity_checking:
+                return
+            if self.fault_pending:
+                self.fault_pending = False
+                os.kill(os.getpid(), signal.SIGTERM)
+            if self.saved_step == trainer.global_step or trainer.received_sigterm:
+                trainer.save_checkpoint(last_checkpoint)  # with this evaluation in it
+                self.saved_step = trainer.global_step
 
     class TraceSteps(pl.Callback):
         def __init__(self, directory: Path):
@@ -377,24 +268,24 @@ def engineering_callbacks(last_checkpoint: Path, every_n_steps: int | None = Non
 
 
 RESUME_MAY_DIFFER = frozenset({
-    "args.resume", "args.overwrite", "args.output_dir", "args.checkpoint_every_n_steps", "args.num_workers",
-    "args.accelerator", "args.compile", "args.keep_last_checkpoint",
+    "output_dir", "checkpoint_every_n_steps", "num_workers", "accelerator", "compile", "keep_last_checkpoint",
+    "loggers",
     # where the data and task definitions lie may change; their content is compared (data_fingerprint, tasks)
-    "args.data_dir", "data_dir", "args.task_defs",
+    "data_dir", "task_defs",
 })
-"""Settings of ``config.yaml`` that do not change what is trained; every other one must match on ``--resume``."""
+"""Settings of ``config.yaml`` that do not change what is trained; every other one must match on ``resume``."""
 
 
-def check_resumable(run_dir: Path, config: dict) -> Path:
+def check_resumable(run_dir: Path, document: dict) -> Path:
     """The checkpoint to resume from, after checking that the run is incomplete and that its ``config.yaml``
-    matches ``config`` (the one this command would write) in every setting that changes training.
+    matches ``document`` (the one this run would write) in every setting that changes training.
 
-    Every field is compared, whatever ``config.yaml`` holds (flags, task definitions, encoder, the data's
-    fingerprint), except :data:`RESUME_MAY_DIFFER`; all differences are named at once.
+    Every field is compared, the ``resolved`` section too (task definitions, encoder, the data's fingerprint),
+    except :data:`RESUME_MAY_DIFFER`; all differences are named at once.
 
     Raises:
         CheckpointError: no such run, the run is complete, no last.ckpt, or the checkpoint or configuration is
-            damaged.
+            damaged or not a training run's.
         ConfigError: a setting or the data differs from the interrupted run's.
     """
     from .runs import CHECKPOINT_DIR, CONFIG_FILE, config_differences, load_checkpoint_file, read_metrics
@@ -407,198 +298,321 @@ def check_resumable(run_dir: Path, config: dict) -> Path:
         raise CheckpointError(f"{run_dir}: no interrupted run to resume (need {CONFIG_FILE} and {last.name})")
     load_checkpoint_file(last)  # a truncated or damaged checkpoint is reported here, before anything starts
     saved = read_yaml(config_path, CheckpointError, "run configuration")
-    if not isinstance(saved, dict) or saved.get("command") != config.get("command"):
-        raise CheckpointError(f"{config_path}: not the configuration of a '{config.get('command')}' run")
-    differences = [d for d in config_differences(saved, config) if d[0] not in RESUME_MAY_DIFFER]
+    command = document[RESOLVED_KEY]["command"]
+    if not isinstance(saved, dict) or not isinstance(saved.get(RESOLVED_KEY), dict) or \
+            saved[RESOLVED_KEY].get("command") != command:
+        raise CheckpointError(f"{config_path}: not the configuration of a '{command}' run written by this version "
+                              "(a TrainConfig with a 'resolved' section)")
+    differences = [d for d in config_differences(saved, document) if d[0] not in RESUME_MAY_DIFFER]
     if differences:
         shown = "; ".join(f"{_setting_name(key)}: now {now!r}, the interrupted run used {was!r}"
                           for key, was, now in differences[:8])
         more = f" (and {len(differences) - 8} more)" if len(differences) > 8 else ""
         raise ConfigError(f"--resume: {config_path}: the interrupted run was trained with other settings: "
-                          f"{shown}{more}. Resume with the same flags and data, or start a new run")
+                          f"{shown}{more}. Resume with the same settings and data, or start a new run")
     return last
 
 
 def _setting_name(key: str) -> str:
-    """``args.lr`` -> ``--lr``; other keys of config.yaml as they are (``data_fingerprint.rte.train``)."""
-    return "--" + key[len("args."):].replace("_", "-") if key.startswith("args.") else key
+    """``lr`` -> ``--lr``; keys of the ``resolved`` section as they are (``resolved.data_fingerprint.rte.train``)."""
+    return key if "." in key else "--" + key.replace("_", "-")
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+def resolve_tasks(config: TrainConfig) -> dict[str, TaskDef]:
+    """The tasks ``config`` trains: ``tasks``, or every task of ``task_defs`` with a train split.
+
+    Raises:
+        ConfigError: an unknown task, a task without a train split, or no dev split to select on.
+    """
+    all_tasks = load_task_defs(config.task_defs)
+    names = config.tasks
+    if names is None:  # every task that can be trained; the others are evaluation-only
+        untrainable = [n for n, t in all_tasks.items() if "train" not in t.splits]
+        if untrainable:
+            log.info("%s: training every task with a train split; %s have none (evaluation only)",
+                     config.task_defs, ", ".join(untrainable))
+        names = [n for n in all_tasks if n not in untrainable] or list(all_tasks)
+    tasks = select_tasks(all_tasks, names, config.task_defs)
+    for name, task in tasks.items():
+        if "train" not in task.splits:
+            raise ConfigError(f"{config.task_defs}: task '{name}' has no train split; it can be evaluated, not trained")
+    if not any("dev" in t.splits and t.task_type.selected for t in tasks.values()):
+        raise ConfigError(f"{config.task_defs}: none of the tasks {', '.join(tasks)} has a dev split to select on "
+                          "(mlm tasks are scored on dev but never select the best epoch)")
+    return tasks
+
+
+def resolve_config(config: TrainConfig) -> tuple[TrainConfig, dict[str, TaskDef]]:
+    """``config`` with the trained tasks, the data root and the run directory filled in, and the tasks.
+
+    Raises:
+        ConfigError, DataError: see :func:`resolve_tasks` and :func:`mtdnn.tasks.data.resolve_data_dir`.
+    """
+    from ..tasks.data import resolve_data_dir
+
+    tasks = resolve_tasks(config)
+    data_dir = resolve_data_dir(config.data_dir)
+    output_dir = config.output_dir or str(default_output_dir(config.task_defs, list(tasks), config.seed,
+                                                              config.limit_train_examples,
+                                                              config.limit_eval_examples))
+    return config.updated(tasks=list(tasks), data_dir=str(data_dir), output_dir=output_dir), tasks
+
+
+def check_loggers(config: TrainConfig) -> None:
+    """Each logger asked for must be importable (CSV always is).
+
+    Raises:
+        ConfigError: naming the logger and the package to install.
+    """
+    packages = {"tensorboard": "tensorboard", "wandb": "wandb", "mlflow": "mlflow"}
+    for name in config.loggers or []:
+        if name in packages:
+            try:
+                __import__(packages[name])
+            except ImportError:
+                raise ConfigError(f"--loggers {name}: the {packages[name]} package is not installed "
+                                  f"(pip install {packages[name]}); loggers: {', '.join(LOGGERS)}") from None
+
+
+def build_loggers(config: TrainConfig, run_dir: Path, resume_step: int | None = None) -> list:
+    """Lightning loggers by name, all writing under ``run_dir/logs`` (W&B offline, MLflow to local files).
+
+    ``config.loggers`` None: CSV, and TensorBoard when installed. ``resume_step`` (a resumed run's checkpoint
+    step) makes the CSV log continue the first part's ``logs/metrics.csv``.
+    """
+    from .logs import ResumableCSVLogger
+
+    names = config.loggers
+    if names is None:
+        names = ["csv"]
+        try:
+            import tensorboard  # noqa: F401
+
+            names.append("tensorboard")
+        except ImportError:
+            pass
+    loggers = []
+    for name in names:
+        if name == "csv":
+            loggers.append(ResumableCSVLogger(run_dir, name="logs", resume_step=resume_step))
+        elif name == "tensorboard":
+            from pytorch_lightning.loggers import TensorBoardLogger
+
+            loggers.append(TensorBoardLogger(run_dir, name="logs", version="tensorboard"))
+        elif name == "wandb":
+            from pytorch_lightning.loggers import WandbLogger
+
+            make_dir(run_dir / "logs")
+            loggers.append(WandbLogger(save_dir=str(run_dir / "logs"), offline=True, name=run_dir.name,
+                                       log_model=False))
+        elif name == "mlflow":
+            from pytorch_lightning.loggers import MLFlowLogger
+
+            loggers.append(MLFlowLogger(experiment_name="mtdnn", run_name=run_dir.name,
+                                        tracking_uri=(run_dir / "logs" / "mlruns").resolve().as_uri()))
+    return loggers
+
+
+def fit(config: TrainConfig, *, overwrite: bool = False, resume: bool = False) -> Run:
+    """Train, select on dev, export: one run of ``config`` (the code path of ``python -m mtdnn.train``).
+
+    Everything that can be wrong is checked before the run directory is created; ``config.yaml`` is the
+    resolved config (:func:`resolve_config`) with a ``resolved`` section (the encoder loaded, the task
+    definitions).
+
+    Args:
+        overwrite: replace a run directory that holds a complete run.
+        resume: continue the interrupted run in ``config.output_dir`` from ``checkpoints/last.ckpt``.
+
+    Returns:
+        The :class:`~mtdnn.training.runs.Run` (its ``metrics`` and ``best`` on rank 0).
+
+    Raises:
+        ConfigError, DataError, CheckpointError: bad settings, data, encoder or run directory.
+        Interrupted: Ctrl-C (exit code 130) or SIGTERM (143); ``last.ckpt`` is kept for ``resume``.
+    """
     warnings.filterwarnings("ignore", ".*does not have many workers.*")
     warnings.filterwarnings("ignore", ".*predefined batch sampler.*")
 
     import pytorch_lightning as pl
 
-    from ..tasks.data import check_files, check_max_length, resolve_data_dir, split_fingerprint
+    from ..modeling.model import load_tokenizer
+    from ..tasks.data import check_files, check_max_length, split_fingerprint
     from .export import resolve_export
     from .lightning import MultiTaskDataModule, MultiTaskModule
-    from ..modeling.model import load_tokenizer
     from .runs import CONFIG_FILE, prepare_run_dir
     from .speed import check_speed_flags, compile_encoder, set_sdpa_backend
 
     # 1. Validate everything that can be wrong before creating anything.
-    all_tasks = load_task_defs(args.task_defs)
-    if args.tasks is None:  # every task that can be trained; the others are evaluation-only
-        untrainable = [n for n, t in all_tasks.items() if "train" not in t.splits]
-        if untrainable:
-            log.info("%s: training every task with a train split; %s have none (evaluation only)",
-                     args.task_defs, ", ".join(untrainable))
-        args.tasks = [n for n in all_tasks if n not in untrainable] or list(all_tasks)
-    tasks = select_tasks(all_tasks, args.tasks, args.task_defs)
-    for name, task in tasks.items():
-        if "train" not in task.splits:
-            raise ConfigError(f"{args.task_defs}: task '{name}' has no train split; it can be evaluated, not trained")
-    if not any("dev" in t.splits and t.task_type.selected for t in tasks.values()):
-        raise ConfigError(f"{args.task_defs}: none of the tasks {', '.join(tasks)} has a dev split to select on "
-                          "(mlm tasks are scored on dev but never select the best epoch)")
-    if not 0 <= args.warmup_ratio < 1:
-        raise ConfigError(f"--warmup-ratio: must be in [0, 1) (got {args.warmup_ratio})")
-    if args.dropout is not None and not 0 <= args.dropout < 1:
-        raise ConfigError(f"--dropout: must be in [0, 1) (got {args.dropout})")
-    if args.resume and args.overwrite:
+    if resume and overwrite:
         raise ConfigError("--resume and --overwrite contradict each other")
-    if args.weight_decay < 0 or args.gradient_clip < 0:
-        raise ConfigError("--weight-decay and --gradient-clip must not be negative")
-    check_trainer_flags(args)
-    check_speed_flags(buckets=args.length_buckets, compile_backend=args.compile, cuda_graphs=args.cuda_graphs,
-                      accelerator=args.accelerator, longest=args.max_length or max(t.max_length for t in tasks.values()),
-                      pad_to_multiple_of=args.pad_to_multiple_of)
-    run_dir = Path(args.output_dir) if args.output_dir else default_output_dir(
-        args.task_defs, list(tasks), args.seed, args.limit_train_examples, args.limit_eval_examples)
+    config, tasks = resolve_config(config)
+    check_trainer_flags(config)
+    check_loggers(config)
+    check_speed_flags(buckets=config.length_buckets, compile_backend=config.compile, cuda_graphs=config.cuda_graphs,
+                      accelerator=config.accelerator,
+                      longest=config.max_length or max(t.max_length for t in tasks.values()),
+                      pad_to_multiple_of=config.pad_to_multiple_of)
+    run_dir = Path(config.output_dir)
     prepare_output_dir(run_dir, "--output-dir")
-    data_dir = resolve_data_dir(args.data_dir)
+    data_dir = Path(config.data_dir)
     for task in tasks.values():
         check_files(task, [s for s in ("train", "dev") if s in task.splits], data_dir)
 
-    encoder = args.encoder
+    encoder = config.encoder
     init_export = None
-    if args.init_from:
-        init_export = resolve_export(args.init_from)
+    if config.init_from:
+        init_export = resolve_export(config.init_from)
         encoder = str(init_export / "encoder")
-        if args.encoder != "packaged-minilm":
-            log.warning("--encoder %s is ignored: --init-from %s gives the encoder", args.encoder, args.init_from)
-    tokenizer = load_tokenizer(encoder, args.trust_remote_code)
+        if config.encoder != "packaged-minilm":
+            log.warning("--encoder %s is ignored: --init-from %s gives the encoder", config.encoder, config.init_from)
+    tokenizer = load_tokenizer(encoder, config.trust_remote_code)
     for task in tasks.values():
-        check_max_length(task, tokenizer, args.max_length,
-                         "--max-length" if args.max_length else f"{args.task_defs}: task '{task.name}': max_length")
-    pl.seed_everything(args.seed, workers=True, verbose=False)
+        check_max_length(task, tokenizer, config.max_length,
+                         "--max-length" if config.max_length else f"{config.task_defs}: task '{task.name}': max_length")
+    pl.seed_everything(config.seed, workers=True, verbose=False)
     try:
-        module = MultiTaskModule(encoder, {n: t.to_plain() for n, t in tasks.items()}, lr=args.lr,
-                                 weight_decay=args.weight_decay, warmup_ratio=args.warmup_ratio, dropout=args.dropout,
-                                 trust_remote_code=args.trust_remote_code)
+        module = MultiTaskModule(encoder, {n: t.to_plain() for n, t in tasks.items()}, lr=config.lr,
+                                 weight_decay=config.weight_decay, warmup_ratio=config.warmup_ratio,
+                                 dropout=config.dropout, trust_remote_code=config.trust_remote_code)
     except ConfigError as err:  # a task's head does not fit the encoder: name the task-definition file
-        raise ConfigError(f"{args.task_defs}: {err}" if str(err).startswith("task '") else str(err)) from None
+        raise ConfigError(f"{config.task_defs}: {err}" if str(err).startswith("task '") else str(err)) from None
     tasks = log_pooling(tasks, module.model)
     limit = getattr(module.model.encoder.config, "max_position_embeddings", None)
-    longest = args.max_length or max(t.max_length for t in tasks.values())
+    longest = config.max_length or max(t.max_length for t in tasks.values())
     if limit and limit > 0 and longest > limit:  # XLNet: -1 (relative positions, no limit)
         raise ConfigError(f"max length {longest} (--max-length or a task's max_length) exceeds the encoder's "
                           f"{limit} positions")
     if init_export is not None:
         copied = copy_matching_heads(module.model, init_export, tasks)
         log.info("initialised from %s: encoder and heads of %s", init_export, ", ".join(copied) or "no task")
-    datamodule = MultiTaskDataModule(tasks, data_dir, tokenizer, batch_size=args.batch_size,
-                                     eval_batch_size=args.eval_batch_size, schedule=args.schedule,
-                                     temperature=args.temperature if args.schedule == "temperature" else 1.0,
-                                     seed=args.seed, limit_train_examples=args.limit_train_examples,
-                                     max_length=args.max_length, pad_to_multiple_of=args.pad_to_multiple_of,
-                                     num_workers=args.num_workers, length_buckets=args.length_buckets,
-                                     limit_eval_examples=args.limit_eval_examples)
-    config = {"command": "train", "args": {k: v for k, v in vars(args).items()},
-              "data_dir": str(data_dir), "encoder": encoder,
-              "tasks": {n: t.to_plain() for n, t in tasks.items()},
-              "data_fingerprint": {n: {s: split_fingerprint(t, s, data_dir) for s in ("train", "dev") if s in t.splits}
-                                   for n, t in tasks.items()}}
-    resume_from = check_resumable(run_dir, config) if args.resume else None
+    datamodule = datamodule_for(config, tasks, tokenizer, MultiTaskDataModule)
+    source_encoder = config.encoder
+    if init_export is not None:
+        meta = read_json(init_export / "mtdnn_export.json", CheckpointError, "export metadata")
+        source_encoder = meta.get("source_encoder", encoder) if isinstance(meta, dict) else encoder
+    resolved = {"command": "train", "encoder": encoder, "source_encoder": source_encoder,
+                "tasks": {n: t.to_plain() for n, t in tasks.items()},
+                "data_fingerprint": {n: {s: split_fingerprint(t, s, data_dir) for s in ("train", "dev")
+                                         if s in t.splits} for n, t in tasks.items()}}
+    document = {**config.to_yaml_dict(), RESOLVED_KEY: resolved}
+    resume_from = check_resumable(run_dir, document) if resume else None
     if is_global_zero():
         datamodule.prepare_data()  # parse and tokenize now, so data errors come before the run directory
+        check_eval_interval(config, datamodule)
         if resume_from is None:
-            prepare_run_dir(run_dir, args.overwrite)
+            prepare_run_dir(run_dir, overwrite)
             from ..tasks.token import article_lists
 
             carves = article_lists(tasks, data_dir)
             if carves:  # the articles of each side of a carve by article (SQuAD), for the record
                 write_json_atomic(run_dir / "carves.json", carves)
         # on resume, only settings that do not change training may differ (the data's location): recorded anew
-        write_yaml_atomic(run_dir / CONFIG_FILE, config)
-    set_sdpa_backend(args.sdpa_backend)
-    if args.compile:
+        write_yaml_atomic(run_dir / CONFIG_FILE, document)
+    set_sdpa_backend(config.sdpa_backend)
+    if config.compile:
         # Module.compile works in place: no OptimizedModule wrapper, so no "_orig_mod." in checkpoint keys.
-        compile_encoder(module.model.encoder, args.compile, args.length_buckets, args.cuda_graphs)
-        datamodule.mark_shapes = "buckets" if args.length_buckets else "dynamic"
+        compile_encoder(module.model.encoder, config.compile, config.length_buckets, config.cuda_graphs)
+        datamodule.mark_shapes = "buckets" if config.length_buckets else "dynamic"
 
-    # 2. Train, export the best epoch, write schedule.json and (last) metrics.json.
-    source_encoder = args.encoder
-    if init_export is not None:
-        meta = read_json(init_export / "mtdnn_export.json", CheckpointError, "export metadata")
-        source_encoder = meta.get("source_encoder", encoder) if isinstance(meta, dict) else encoder
-    code, summary = fit_and_export(module, datamodule, tasks, tokenizer, run_dir, args, max_epochs=args.max_epochs,
-                                   gradient_clip=args.gradient_clip, schedule=args.schedule,
-                                   batch_size=args.batch_size, source_encoder=source_encoder,
-                                   resume_from=resume_from, checkpoint_every_n_steps=args.checkpoint_every_n_steps)
-    if summary is not None:
-        best = summary["best"]
-        print(f"best epoch {best['epoch']}: average {best['average']:.4f} "
-              + " ".join(f"{t}={v[tasks[t].metric_names[0]]:.4f}" for t, v in best["tasks"].items()))
-        print(f"run directory: {run_dir}")
-    return code
+    # 2. Train, export the best model, write schedule.json and (last) metrics.json.
+    fit_and_export(module, datamodule, tasks, tokenizer, run_dir, config, source_encoder=source_encoder,
+                   resume_from=resume_from)
+    return Run(run_dir)
 
 
-def fit_and_export(module, datamodule, tasks: dict[str, TaskDef], tokenizer, run_dir: Path,
-                   trainer_flags: argparse.Namespace, *, max_epochs: int, gradient_clip: float, schedule: str,
-                   batch_size: int, source_encoder: str, resume_from: Path | None = None,
-                   checkpoint_every_n_steps: int | None = None) -> tuple[int, dict | None]:
+def datamodule_for(config: TrainConfig, tasks: dict[str, TaskDef], tokenizer, cls, **extra):
+    """The data module of ``config`` (``cls``: :class:`~mtdnn.training.lightning.MultiTaskDataModule` or a
+    subclass; ``extra``: its own arguments)."""
+    return cls(tasks, Path(config.data_dir), tokenizer, batch_size=config.batch_size,
+               eval_batch_size=config.eval_batch_size, schedule=config.schedule,
+               temperature=config.temperature if config.schedule == "temperature" else 1.0, seed=config.seed,
+               limit_train_examples=config.limit_train_examples, max_length=config.max_length,
+               pad_to_multiple_of=config.pad_to_multiple_of, num_workers=config.num_workers,
+               limit_eval_examples=config.limit_eval_examples, accumulate_grad_batches=config.accumulate_grad_batches,
+               length_buckets=config.length_buckets, **extra)
+
+
+def check_eval_interval(config: TrainConfig, datamodule) -> None:
+    """Refuse an ``eval_every_n_steps`` longer than the run (no dev evaluation would select a model).
+
+    Call after ``datamodule.prepare_data()``: the schedule's length needs the training splits.
+
+    Raises:
+        ConfigError: naming the interval and the run's number of optimizer steps.
+    """
+    if not config.eval_every_n_steps:
+        return
+    datamodule.setup("fit")
+    steps = planned_steps(config, len(datamodule.train_sampler))
+    if config.eval_every_n_steps > steps:
+        raise ConfigError(f"--eval-every-n-steps {config.eval_every_n_steps}: the run has only {steps} optimizer "
+                          "steps, so no dev evaluation would select a model")
+
+
+def planned_steps(config: TrainConfig, batches_per_epoch: int) -> int:
+    """Optimizer steps of the whole run: ``ceil(batches / accumulation)`` per epoch (Lightning steps on an
+    epoch's last batch), capped by ``max_steps``."""
+    total = config.max_epochs * math.ceil(batches_per_epoch / config.accumulate_grad_batches)
+    return min(total, config.max_steps) if config.max_steps else total
+
+
+def fit_and_export(module, datamodule, tasks: dict[str, TaskDef], tokenizer, run_dir: Path, config: TrainConfig, *,
+                   source_encoder: str, resume_from: Path | None = None) -> dict | None:
     """The toolkit's Trainer set-up, shared by every training command (train, distill's student, ...).
 
-    Trains ``module`` on ``datamodule``; keeps ``best.ckpt`` (dev average, first of equal scores) and
-    ``last.ckpt`` (every epoch, every N steps, on SIGTERM); asserts that exactly the planned number of optimizer
-    steps ran; then on rank 0 exports the best epoch's model and writes ``schedule.json`` and, last,
-    ``metrics.json``. ``trainer_flags`` carries the Lightning options of :func:`add_trainer_args`.
+    Trains ``module`` on ``datamodule`` with the engineering settings of ``config`` (Lightning flags,
+    accumulation, max steps, dev evaluation every N steps, early stopping, loggers); keeps ``best.ckpt`` (dev
+    average, first of equal scores) and ``last.ckpt`` (every epoch, every N steps, on SIGTERM); asserts that
+    exactly the planned number of optimizer steps ran (unless stopped early); then on rank 0 exports the best
+    model and writes ``schedule.json`` and, last, ``metrics.json``.
 
     Returns:
-        ``(exit code, metrics summary)``: 130/143 and None when interrupted (Ctrl-C/SIGTERM), 3
-        (``DIVERGED_EXIT_CODE``) and None when a non-finite loss or gradient norm stopped training (the last
-        checkpoint saved before it is kept), 0 and None on ranks other than 0.
+        The metrics summary; None on ranks other than 0.
+
+    Raises:
+        Interrupted: Ctrl-C (130) or SIGTERM (143), after ``last.ckpt`` is saved where possible.
     """
     import pytorch_lightning as pl
-    from pytorch_lightning.callbacks import ModelCheckpoint
+    from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
 
     from .export import export_model
     from .lightning import TrainingDiverged
-    from .logs import ResumableCSVLogger, summary_callback
-    from .runs import (AtomicCheckpointIO, CHECKPOINT_DIR, EXPORT_DIR, METRICS_FILE, SCHEDULE_FILE,
-                       check_finite_run, load_checkpoint_file, write_json_atomic)
+    from .logs import summary_callback
+    from .runs import AtomicCheckpointIO, CHECKPOINT_DIR, EXPORT_DIR, METRICS_FILE, SCHEDULE_FILE, check_finite_run, \
+        load_checkpoint_file
 
-    # best.ckpt by the dev average; last.ckpt at every epoch end, listed after it so that it holds the updated
-    # best-score state (Lightning 2.6's save_last skips epochs that are not a new best).
+    # best.ckpt by the dev average (saved after each dev evaluation); last.ckpt at every epoch end, listed after
+    # it so that it holds the updated best-score state.
     checkpoint = ModelCheckpoint(dirpath=run_dir / CHECKPOINT_DIR, filename="best", monitor="dev/average",
                                  mode="max", save_top_k=1, auto_insert_metric_name=False, enable_version_counter=False,
                                  save_weights_only=True)  # weights (and hyper-parameters) only: a third of the size
     last = ModelCheckpoint(dirpath=run_dir / CHECKPOINT_DIR, filename="last", monitor=None, save_top_k=1,
-                           every_n_epochs=1, auto_insert_metric_name=False, enable_version_counter=False)
+                           every_n_epochs=1, save_on_train_epoch_end=True, auto_insert_metric_name=False,
+                           enable_version_counter=False)
     callbacks = [checkpoint, last, *engineering_callbacks(run_dir / CHECKPOINT_DIR / "last.ckpt",
-                                                          checkpoint_every_n_steps), summary_callback()]
+                                                          config.checkpoint_every_n_steps, config.eval_every_n_steps),
+                 summary_callback()]
+    early_stopping = None
+    if config.early_stopping_patience:
+        early_stopping = EarlyStopping(monitor="dev/average", mode="max", patience=config.early_stopping_patience,
+                                       check_on_train_epoch_end=False)
+        callbacks.append(early_stopping)
     # One continuous log: a resumed run continues logs/metrics.csv (rows after its checkpoint are logged again)
     # and writes its TensorBoard events beside the first part's, so TensorBoard shows one run.
     resume_step = load_checkpoint_file(resume_from)["global_step"] if resume_from else None
-    loggers = [ResumableCSVLogger(run_dir, name="logs", resume_step=resume_step)]
-    try:
-        from pytorch_lightning.loggers import TensorBoardLogger
-
-        import tensorboard  # noqa: F401
-
-        loggers.append(TensorBoardLogger(run_dir, name="logs", version="tensorboard"))
-    except ImportError:
-        pass
-    flags = trainer_flags
-    trainer = pl.Trainer(max_epochs=max_epochs, accelerator=flags.accelerator, devices=flags.devices,
-                         num_nodes=flags.num_nodes, strategy=trainer_strategy(flags.strategy),
-                         precision=flags.precision, gradient_clip_val=gradient_clip or None,
-                         use_distributed_sampler=False, callbacks=callbacks, logger=loggers,
-                         plugins=[AtomicCheckpointIO()], default_root_dir=run_dir, log_every_n_steps=10)
+    evaluation = {}
+    if config.eval_every_n_steps:  # Lightning counts batches; across epochs, not at epoch ends
+        evaluation = {"val_check_interval": config.eval_every_n_steps * config.accumulate_grad_batches,
+                      "check_val_every_n_epoch": None}
+    trainer = pl.Trainer(max_epochs=config.max_epochs, max_steps=config.max_steps or -1,
+                         accumulate_grad_batches=config.accumulate_grad_batches, accelerator=config.accelerator,
+                         devices=config.devices, num_nodes=config.num_nodes,
+                         strategy=trainer_strategy(config.strategy), precision=config.precision,
+                         gradient_clip_val=config.gradient_clip or None, deterministic=config.deterministic,
+                         use_distributed_sampler=False, callbacks=callbacks,
+                         logger=build_loggers(config, run_dir, resume_step), plugins=[AtomicCheckpointIO()],
+                         default_root_dir=run_dir, log_every_n_steps=10, **evaluation)
     sigint = signal.getsignal(signal.SIGINT)
     try:
         trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
@@ -609,8 +623,7 @@ def fit_and_export(module, datamodule, tasks: dict[str, TaskDef], tokenizer, run
         last_path = run_dir / CHECKPOINT_DIR / "last.ckpt"
         kept = (f"the last checkpoint before it is kept: {last_path}" if last_path.is_file()
                 else "no checkpoint had been saved before it")
-        print(f"error: {err}; {kept}; no metrics.json written", file=sys.stderr)
-        return DIVERGED_EXIT_CODE, None
+        raise Diverged(f"{err}; {kept}; no metrics.json written", DIVERGED_EXIT_CODE) from None
     finally:
         signal.signal(signal.SIGINT, sigint)  # Lightning leaves SIGINT ignored after an interrupt
     if trainer.interrupted:
@@ -618,35 +631,29 @@ def fit_and_export(module, datamodule, tasks: dict[str, TaskDef], tokenizer, run
         hint = (f"resume with --resume (from {last_path})" if last_path.is_file()
                 else "no checkpoint was saved yet (they are saved at epoch ends, every --checkpoint-every-n-steps "
                      "and on SIGTERM)")
-        print(f"interrupted: {hint}; no metrics.json written", file=sys.stderr)
-        return (143 if trainer.received_sigterm else 130), None
-    expected_steps = max_epochs * len(datamodule.train_sampler)
-    if trainer.global_step != expected_steps:
+        raise Interrupted(f"{hint}; no metrics.json written", 143 if trainer.received_sigterm else 130)
+    stopped = early_stopping is not None and early_stopping.wait_count >= early_stopping.patience
+    expected_steps = planned_steps(config, len(datamodule.train_sampler))
+    if not stopped and trainer.global_step != expected_steps:
         raise RuntimeError(f"training ended after {trainer.global_step} optimizer steps, expected {expected_steps}")
     if not trainer.is_global_zero:
-        return 0, None
+        return None
 
-    if not checkpoint.best_model_path:  # no epoch had a finite dev average to select on
-        raise CheckpointError(f"{run_dir}: training diverged: no epoch had a finite dev average, so there is no best "
-                              "checkpoint; the run is not complete (no metrics.json)")
+    if not checkpoint.best_model_path:  # no evaluation had a finite dev average to select on
+        raise CheckpointError(f"{run_dir}: training diverged: no evaluation had a finite dev average, so there is no "
+                              "best checkpoint; the run is not complete (no metrics.json)")
     best_path = Path(checkpoint.best_model_path)
     best_state = load_checkpoint_file(best_path)["state_dict"]
     check_finite_run(best_state, module.dev_history, best_path)  # a diverged run is never written as complete
     module.load_state_dict(best_state)
     module.model.cpu().float()
     export_model(module.model, tokenizer, tasks, run_dir / EXPORT_DIR, source_encoder=source_encoder)
-    write_json_atomic(run_dir / SCHEDULE_FILE, schedule_summary(module.step_log, schedule, batch_size))
-    summary = metrics_summary(module.dev_history, best_path, run_dir)
+    write_json_atomic(run_dir / SCHEDULE_FILE, schedule_summary(module.step_log, config.schedule, config.batch_size,
+                                                                config.accumulate_grad_batches))
+    stop = {"step": trainer.global_step, "epoch": trainer.current_epoch + 1,
+            "patience": early_stopping.patience} if stopped else None
+    summary = metrics_summary(module.dev_history, best_path, run_dir, stop)
     write_json_atomic(run_dir / METRICS_FILE, summary)
-    if not getattr(trainer_flags, "keep_last_checkpoint", False):  # the run is complete: nothing to resume
+    if not config.keep_last_checkpoint:  # the run is complete: nothing to resume
         (run_dir / CHECKPOINT_DIR / "last.ckpt").unlink(missing_ok=True)
-    return 0, summary
-
-
-def cli() -> None:
-    """Console-script entry point (``mtdnn-train``)."""
-    run_cli(main)
-
-
-if __name__ == "__main__":
-    cli()
+    return summary

@@ -6,5 +6,5 @@
 - :mod:`.partial_input`: partial-input baselines (hypothesis-only, warrants-only) trained by the normal trainer.
 - :mod:`.report`: one Markdown page with every table and plot that applies to a run's tasks.
 
-``python -m mtdnn.diagnose`` (:mod:`.command`) is the command line over these functions.
+``python -m mtdnn.diagnose`` (:mod:`mtdnn.cli.diagnose`) is the command line over these functions.
 """

@@ -25,6 +25,7 @@ from ...errors import ConfigError
 from ...fileio import dump_yaml, make_dir, write_atomic, write_json_atomic
 from ...tasks.data import load_split
 from ...tasks.taskdef import TaskDef
+from ...training.config import TrainConfig
 
 INPUTS = ("hypothesis", "premise", "warrants")
 FULL = "full"
@@ -56,7 +57,7 @@ def partial_task(task: TaskDef, input: str) -> TaskDef:
 
 @dataclass
 class Recipe:
-    """The training recipe shared by every run of a comparison (the trainer's flags of the same names)."""
+    """The training recipe shared by every run of a comparison (the :class:`TrainConfig` fields of the same names)."""
 
     encoder: str = "packaged-minilm"
     max_epochs: int = 3
@@ -66,15 +67,12 @@ class Recipe:
     limit_train_examples: int | None = None
     accelerator: str = "auto"
 
-    def trainer_args(self) -> list[str]:
-        """The ``python -m mtdnn.train`` flags of this recipe."""
-        args = ["--encoder", self.encoder, "--max-epochs", str(self.max_epochs), "--batch-size", str(self.batch_size),
-                "--lr", str(self.lr), "--accelerator", self.accelerator]
-        if self.max_length is not None:
-            args += ["--max-length", str(self.max_length)]
-        if self.limit_train_examples is not None:
-            args += ["--limit-train-examples", str(self.limit_train_examples)]
-        return args
+    def train_config(self, task_defs: Path, task: str, data_dir: Path, seed: int, run_dir: Path) -> TrainConfig:
+        """The :class:`~mtdnn.training.config.TrainConfig` of one run of this recipe."""
+        return TrainConfig(task_defs=str(task_defs), tasks=[task], data_dir=str(data_dir), seed=seed,
+                           output_dir=str(run_dir), encoder=self.encoder, max_epochs=self.max_epochs,
+                           batch_size=self.batch_size, lr=self.lr, max_length=self.max_length,
+                           limit_train_examples=self.limit_train_examples, accelerator=self.accelerator)
 
 
 def majority_baseline(task: TaskDef, data_dir: Path) -> dict:
@@ -100,11 +98,11 @@ def _task_defs_file(task: TaskDef, path: Path) -> Path:
 
 
 def train_variant(task: TaskDef, variant: str, seed: int, data_dir: Path, output_dir: Path, recipe: Recipe) -> dict:
-    """Train (or reuse) ``output_dir/<variant>-seed<seed>`` through ``python -m mtdnn.train`` and read its dev
-    score.
+    """Train (or reuse) ``output_dir/<variant>-seed<seed>`` with the toolkit's trainer (:func:`mtdnn.training.
+    trainer.fit` of the recipe's :class:`~mtdnn.training.config.TrainConfig`) and read its dev score.
 
     Raises:
-        ConfigError: the training command failed (its exit code is named).
+        ConfigError, DataError: bad settings or data. Interrupted, Diverged: the training stopped.
     """
     from ...training import trainer
     from ...training.runs import read_metrics
@@ -113,11 +111,7 @@ def train_variant(task: TaskDef, variant: str, seed: int, data_dir: Path, output
     metrics = read_metrics(run_dir)
     if metrics is None:
         task_defs = _task_defs_file(task, output_dir / f"task_defs-{variant}.yaml")
-        code = trainer.main([str(task_defs), "--tasks", task.name, "--data-dir", str(data_dir), "--seed", str(seed),
-                             "--output-dir", str(run_dir), *recipe.trainer_args()])
-        metrics = read_metrics(run_dir)
-        if code or metrics is None:
-            raise ConfigError(f"training {variant} (seed {seed}) into {run_dir} failed (exit code {code})")
+        metrics = trainer.fit(recipe.train_config(task_defs, task.name, data_dir, seed, run_dir)).metrics
     metric = task.metric_names[0]
     return {"seed": seed, "run": run_dir.name, "metric": metric, "best_epoch": metrics["best"]["epoch"],
             "dev": metrics["best"]["tasks"][task.name][metric],

@@ -13,6 +13,7 @@ from pathlib import Path
 from ...tasks.taskdef import TaskDef
 from .encoders import Encoder
 from .settings import TransferSettings
+from .spec import TransferSpec
 
 RESULTS_JSON = "results.json"
 RESULTS_MD = "results.md"
@@ -121,14 +122,15 @@ def plot_learning_curve(report: dict, path: Path) -> None:
         plt.close(fig)
 
 
-def build_report(task: TaskDef, args, settings: TransferSettings, encoders: list[Encoder], records: dict,
+def build_report(task: TaskDef, args: TransferSpec, settings: TransferSettings, encoders: list[Encoder], records: dict,
                  seeds: list[int], sizes: list[int], origin: dict[int, str], pool_raw, eval_raw, eval_examples: int,
                  metric: str) -> dict:
     """The content of ``results.json`` (and, rendered, of ``results.md`` and the plot).
 
     ``records[label][size][seed]`` are the per-run records (``metrics``, ``train_seconds``, ...); ``pool_raw``
     and ``eval_raw`` the parsed pool and evaluation splits (:class:`mtdnn.tasks.data.RawSplit`), of which the first
-    ``eval_examples`` were scored; ``origin`` says how each size was asked for.
+    ``eval_examples`` were scored; ``origin`` says how each size was asked for; ``args`` is the sweep's
+    :class:`~mtdnn.evaluation.transfer.spec.TransferSpec` (recorded whole under ``"args"``).
     """
     pool_split, eval_split = pool_raw.split, eval_raw.split
     pool_labels = [int(ex.label) for ex in pool_raw.examples]
@@ -174,6 +176,6 @@ def build_report(task: TaskDef, args, settings: TransferSettings, encoders: list
         "encoders": [{"label": e.label, "spec": e.spec, "kind": e.kind, "path": e.path, "head": e.head,
                       "trained_on": e.trained_on} for e in encoders],
         "results": results, "notes": notes,
-        "args": {k: v for k, v in vars(args).items()},
+        "args": args.model_dump(),
     }
     return report

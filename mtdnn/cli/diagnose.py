@@ -20,11 +20,11 @@ import logging
 import sys
 from pathlib import Path
 
-from ...errors import ConfigError, HelpFormatter, RawHelpFormatter, run_cli
-from ...fileio import prepare_output_dir
-from ...training.trainer import float_in, max_length_int, positive_int, task_list
+from ..errors import ConfigError, HelpFormatter, RawHelpFormatter, run_cli
+from ..fileio import prepare_output_dir
+from .common import float_in, max_length_int, positive_int, task_list
 
-REPO_TASK_DEFS = Path(__file__).resolve().parents[3] / "task_defs"
+REPO_TASK_DEFS = Path(__file__).resolve().parents[2] / "task_defs"
 DEFAULT_TASK_DEFS = {"arct": "arct.yaml", "arct_adv": "arct.yaml", "mnli": "nli.yaml"}
 
 
@@ -138,7 +138,7 @@ def _pick_task(loaded, given: str | None, kind: str) -> str:
 
 
 def _task_def(name: str, task_defs: str | None):
-    from ...tasks.taskdef import load_task_defs, select_tasks
+    from ..tasks.taskdef import load_task_defs, select_tasks
 
     path = Path(task_defs) if task_defs else Path("task_defs") / DEFAULT_TASK_DEFS.get(name, "glue.yaml")
     if not task_defs and not path.is_file():
@@ -147,7 +147,7 @@ def _task_def(name: str, task_defs: str | None):
 
 
 def _cue_settings(args):
-    from .cues import CueSettings
+    from ..evaluation.diagnostics.cues import CueSettings
 
     return CueSettings(top=args.top, min_applicability=args.min_applicability, cues=args.cue,
                        smoothing=args.smoothing, negation_as_not=args.negation_as_not,
@@ -155,8 +155,8 @@ def _cue_settings(args):
 
 
 def _hans(args) -> int:
-    from ...tasks.data import resolve_data_dir
-    from .hans import (DEFAULT_HANS, RULES, entailment_label_map, format_hans_table, hans_diagnosis, model_predictor,
+    from ..tasks.data import resolve_data_dir
+    from ..evaluation.diagnostics.hans import (DEFAULT_HANS, RULES, entailment_label_map, format_hans_table, hans_diagnosis, model_predictor,
                        open_hans, parse_label_map, write_hans_outputs)
 
     if (args.model is None) == (args.rule is None):
@@ -168,7 +168,7 @@ def _hans(args) -> int:
         output = prepare_output_dir(args.output_dir or Path("runs") / f"diagnose-hans-{args.rule}", "--output-dir")
         result = hans_diagnosis(hans, RULES[args.rule], f"rule:{args.rule}", args.batch_size)
     else:
-        from ...training.inference import load_model, resolve_device
+        from ..training.inference import load_model, resolve_device
 
         loaded = load_model(args.model, args.checkpoint)
         name = _pick_task(loaded, args.task, "nli")
@@ -184,8 +184,8 @@ def _hans(args) -> int:
 
 
 def _arct(args) -> int:
-    from ...training.inference import load_model, resolve_device
-    from .arct import arct_diagnosis, format_arct_table, write_arct_outputs
+    from ..training.inference import load_model, resolve_device
+    from ..evaluation.diagnostics.arct import arct_diagnosis, format_arct_table, write_arct_outputs
 
     loaded = load_model(args.model, args.checkpoint)
     name = _pick_task(loaded, args.task, "ranking")
@@ -199,9 +199,9 @@ def _arct(args) -> int:
 
 
 def _cues(args) -> int:
-    from ...fileio import write_atomic, write_json_atomic
-    from ...tasks.data import resolve_data_dir
-    from .cues import cue_statistics, format_cue_tables
+    from ..fileio import write_atomic, write_json_atomic
+    from ..tasks.data import resolve_data_dir
+    from ..evaluation.diagnostics.cues import cue_statistics, format_cue_tables
 
     task = _task_def(args.task, args.task_defs)
     data_dir = resolve_data_dir(args.data_dir)
@@ -217,8 +217,8 @@ def _cues(args) -> int:
 
 
 def _partial(args) -> int:
-    from ...tasks.data import resolve_data_dir
-    from .partial_input import Recipe, format_partial_table, partial_input_baselines, write_partial_outputs
+    from ..tasks.data import resolve_data_dir
+    from ..evaluation.diagnostics.partial_input import Recipe, format_partial_table, partial_input_baselines, write_partial_outputs
 
     task = _task_def(args.task, args.task_defs)
     for needed in ("train", "dev"):
@@ -242,9 +242,9 @@ def _partial(args) -> int:
 
 
 def _report(args) -> int:
-    from ...training.inference import load_model, resolve_device
-    from .hans import DEFAULT_HANS, parse_label_map
-    from .report import ReportInputs, write_report
+    from ..training.inference import load_model, resolve_device
+    from ..evaluation.diagnostics.hans import DEFAULT_HANS, parse_label_map
+    from ..evaluation.diagnostics.report import ReportInputs, write_report
 
     overrides = parse_label_map(args.label_map)
     for source in args.partial_input:

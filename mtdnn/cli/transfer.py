@@ -25,20 +25,13 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import sys
 import warnings
 from pathlib import Path
 
-from ...errors import ConfigError, DataError, HelpFormatter, run_cli
-from ...fileio import make_dir, prepare_output_dir, write_atomic, write_json_atomic
-from ...tasks.taskdef import load_task_defs, select_tasks
-from .encoders import parse_encoder_list, resolve_encoder_spec
-from .report import CURVE_PNG, RESULTS_JSON, RESULTS_MD, build_report, plot_learning_curve, render_markdown
-from .settings import SETTINGS
-from .sweep import PER_RUN_DIR, choose_splits, run_sweep
-
-log = logging.getLogger("mtdnn.transfer")
+from ..errors import HelpFormatter, Interrupted, run_cli, validate
+from ..evaluation.transfer.report import CURVE_PNG, RESULTS_JSON, RESULTS_MD, render_markdown
+from .common import positive_int
 
 
 def fraction_list(text: str) -> list[float]:
@@ -65,8 +58,6 @@ def size_list(text: str) -> list[int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from ...training.trainer import positive_int
-
     p = argparse.ArgumentParser(prog="python -m mtdnn.transfer", description=__doc__.split("\n\n")[0],
                                 formatter_class=HelpFormatter)
     p.add_argument("--task", required=True, help="the target task (a classification task), e.g. snli or scitail")
@@ -100,7 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command with ``argv`` (default: ``sys.argv[1:]``); the exit code (0, or 130 when interrupted).
+    """Flags -> :class:`~mtdnn.evaluation.transfer.spec.TransferSpec` -> :func:`~mtdnn.evaluation.transfer.run.run_transfer`;
+    the exit code (0, or 130 when interrupted).
 
     Raises:
         ConfigError, DataError, CheckpointError: bad flags, task definitions, data or runs, before any training.
@@ -114,74 +106,18 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", ".*predefined batch sampler.*")
     warnings.filterwarnings("ignore", ".*LeafSpec.*")  # from Lightning's internals, once per Trainer
 
-    from ...tasks.data import load_split, resolve_data_dir
-    from ...tasks.subsets import check_sizes, sizes_from_fractions, stratified_order
-    from ...training.trainer import check_lightning_flags
+    from ..evaluation.transfer.run import run_transfer
+    from ..evaluation.transfer.spec import TransferSpec
 
-    settings = SETTINGS
-
-    # 1. Validate everything that can be wrong before training anything.
-    check_lightning_flags(accelerator=args.accelerator, precision=args.precision, devices=1)  # one device per run
-    task = select_tasks(load_task_defs(args.task_defs), [args.task], args.task_defs)[args.task]
-    if task.type != "classification":
-        raise ConfigError(f"--task {task.name}: few-shot transfer needs a classification task (stratified subsets, "
-                          f"accuracy); '{task.name}' is a {task.type} task")
-    if args.sizes is None and args.fractions is None:
-        raise ConfigError("give --sizes (examples) or --fractions (of the pool), or both")
-    pool_split, eval_split = choose_splits(task, args.pool_split, args.eval_split)
-    data_dir = resolve_data_dir(args.data_dir)
-    pool_raw = load_split(task, pool_split, data_dir)
-    eval_raw = load_split(task, eval_split, data_dir)
-    if not eval_raw.labelled:
-        raise DataError(f"{eval_raw.source}: task '{task.name}', split '{eval_split}' has no labels to score")
-    pool_labels = [int(ex.label) for ex in pool_raw.examples]
-    pool_size, num_classes = len(pool_labels), len(set(pool_labels))
-    origin: dict[int, str] = {}
-    for k in args.sizes or []:
-        origin.setdefault(k, f"--sizes {k}")
-    for f, k in zip(args.fractions or [], sizes_from_fractions(args.fractions or [], pool_size)):
-        origin.setdefault(k, f"--fractions {f:g} (round({f:g} x {pool_size}))")
-    sizes = sorted(origin)
-    check_sizes(sizes, pool_size, num_classes, origin)
-    reuse = (args.reuse_head or task.name) if args.reuse_head is not None else None
-    encoders = [resolve_encoder_spec(label, spec, task, reuse, args.trust_remote_code)
-                for label, spec in parse_encoder_list(args.encoders)]
-    if reuse is not None:
-        if not any(e.kind == "run" for e in encoders):
-            raise ConfigError(f"--reuse-head {reuse}: none of the encoders is a run of this toolkit, so there is no "
-                              "head to reuse (drop the flag, or list a run directory in --encoders)")
-        for e in encoders:
-            if e.kind != "run":
-                log.warning("--reuse-head: %s is not a run of this toolkit; it starts from a fresh head", e.label)
-    seeds = list(range(args.seeds))
-    orders = {seed: stratified_order(pool_labels, seed) for seed in seeds}
-    out_dir = Path(args.output_dir) if args.output_dir else Path("runs") / f"transfer-{task.name}"
-    make_dir(prepare_output_dir(out_dir, "--output-dir"))
-    eval_examples = min(len(eval_raw.examples), args.limit_eval_examples or len(eval_raw.examples))
-
-    metric = "accuracy" if "accuracy" in task.metric_names else task.metric_names[0]
-
-    # 2. Fine-tune and score every (encoder, size, seed); finished runs are kept in per_run/ for resuming.
-    # 2. Fine-tune and score every (encoder, size, seed); finished runs are kept in per_run/ for resuming.
-    sigint = signal.getsignal(signal.SIGINT)
+    settings = {k: v for k, v in vars(args).items() if v is not None or k in ("sizes", "fractions")}
+    settings["encoders"] = [e for e in args.encoders.split(",") if e.strip()]
+    spec = validate(TransferSpec, settings, "command line", flags=True)
     try:
-        records = run_sweep(task, encoders, sizes, orders, pool_split, eval_split, data_dir, eval_examples, metric,
-                            settings, out_dir, args.accelerator, args.precision, args.trust_remote_code, args.fresh)
-    except (KeyboardInterrupt, SystemExit) as err:
-        if isinstance(err, SystemExit) and err.code not in (None, 0, 1):
-            raise
-        print(f"interrupted: finished runs are kept in {out_dir / PER_RUN_DIR}; run the same command again to "
-              "resume", file=sys.stderr)
-        return 130
-    finally:
-        signal.signal(signal.SIGINT, sigint)  # Lightning leaves SIGINT ignored after an interrupt
-
-    # 3. The report: learning_curve.png, results.md and, last, results.json, each written atomically.
-    report = build_report(task, args, settings, encoders, records, seeds, sizes, origin, pool_raw, eval_raw,
-                          eval_examples, metric)
-    plot_learning_curve(report, out_dir / CURVE_PNG)
-    write_atomic(out_dir / RESULTS_MD, render_markdown(report))
-    write_json_atomic(out_dir / RESULTS_JSON, report)
+        report = run_transfer(spec)
+    except Interrupted as err:
+        print(f"interrupted: {err}", file=sys.stderr)
+        return err.exit_code
+    out_dir = Path(spec.output_dir) if spec.output_dir else Path("runs") / f"transfer-{spec.task}"
     print(render_markdown(report).split("\n## ")[0])
     print(f"results: {out_dir / RESULTS_JSON}, {out_dir / RESULTS_MD}, {out_dir / CURVE_PNG}")
     return 0

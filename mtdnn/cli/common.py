@@ -1,0 +1,109 @@
+"""Flag types and the flag groups several commands share."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+
+LIGHTNING_FIELDS = ("accelerator", "devices", "strategy", "num_nodes", "precision", "num_workers",
+                    "keep_last_checkpoint", "compile")
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer (got {text})")
+    return value
+
+
+def float_in(low: float, high: float = math.inf, low_open: bool = False, high_open: bool = True):
+    """A flag type: a finite float in the interval from ``low`` to ``high`` (open or closed at each end).
+
+    ``inf``, ``nan`` and values outside the interval are refused by argparse (exit code 2, naming the flag).
+    """
+    upper = "inf" if high == math.inf else f"{high:g}"
+    shown = f"{'(' if low_open else '['}{low:g}, {upper}{')' if high_open else ']'}"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number (got {text!r})") from None
+        inside = (value > low if low_open else value >= low) and (value < high if high_open else value <= high)
+        if not math.isfinite(value) or not inside:
+            raise argparse.ArgumentTypeError(f"must be a finite number in {shown} (got {text})")
+        return value
+
+    parse.__name__ = f"float in {shown}"
+    return parse
+
+
+positive_float = float_in(0, low_open=True)
+
+
+def max_length_int(text: str) -> int:
+    """A flag type for ``--max-length``: the range a task definition's ``max_length`` allows."""
+    from ..tasks.taskdef import MAX_LENGTH_RANGE
+
+    low, high = MAX_LENGTH_RANGE
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer (got {text!r})") from None
+    if not low <= value <= high:
+        raise argparse.ArgumentTypeError(f"must be in [{low}, {high}], as a task's max_length (got {text}); "
+                                         "a pair needs room for its special tokens and some of each text")
+    return value
+
+
+def name_list(text: str) -> list[str]:
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("give at least one name, comma-separated")
+    return names
+
+
+task_list = name_list
+
+
+def devices(text: str) -> int | str:
+    """``--devices``: a count is an int (as Lightning and YAML take it), anything else (auto, 0,1) a string."""
+    return int(text) if text.isdigit() else text
+
+
+def add_trainer_args(parser: argparse.ArgumentParser, defaults: dict | None = None) -> None:
+    """Lightning Trainer options shared by the training commands (engineering, not research).
+
+    Args:
+        defaults: the value of each flag when it is not given; ``argparse.SUPPRESS`` leaves unset flags out of
+            the parsed namespace (``mtdnn.train`` tells given flags from defaults that way).
+    """
+    d = {"accelerator": "auto", "devices": "auto", "strategy": "auto", "num_nodes": 1, "precision": "32-true",
+         "num_workers": 0, "keep_last_checkpoint": False, "compile": None, **(defaults or {})}
+    g = parser.add_argument_group("Lightning trainer")
+    g.add_argument("--accelerator", default=d["accelerator"], help="cpu, gpu, cuda, mps or auto (default: auto)")
+    g.add_argument("--devices", type=devices, default=d["devices"],
+                   help="number of devices, a list like 0,1, or auto (default: auto)")
+    g.add_argument("--strategy", default=d["strategy"],
+                   help="auto, ddp (mapped to DDP with find_unused_parameters=True: each step leaves other "
+                        "tasks' heads unused), ddp_spawn, ... (default: auto)")
+    g.add_argument("--num-nodes", type=positive_int, default=d["num_nodes"], help="nodes for multi-node DDP")
+    g.add_argument("--precision", default=d["precision"],
+                   help="32-true (default), bf16-mixed or 16-mixed (GPU), bf16-true")
+    g.add_argument("--num-workers", type=int, default=d["num_workers"], help="DataLoader worker processes (default: 0)")
+    g.add_argument("--keep-last-checkpoint", action="store_const", const=True, default=d["keep_last_checkpoint"],
+                   help="keep checkpoints/last.ckpt (weights and optimizer state, for --resume) when the run "
+                        "completes; by default it is removed, and best.ckpt holds the weights only")
+    g.add_argument("--compile", nargs="?", const="inductor", default=d["compile"], metavar="BACKEND",
+                   help="torch.compile the encoder, in place so checkpoints keep their parameter names "
+                        "(backend default: inductor)")
+
+
+def lightning_settings(args: argparse.Namespace) -> dict:
+    """The :class:`~mtdnn.training.config.TrainConfig` fields of :func:`add_trainer_args`'s flags."""
+    return {name: getattr(args, name) for name in LIGHTNING_FIELDS}
+
+
+def setup_logging() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")

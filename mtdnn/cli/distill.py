@@ -1,0 +1,67 @@
+"""``python -m mtdnn.distill [TEACHERS_SPEC] STUDENT_SPEC``: flags -> :func:`mtdnn.distillation.student.distill`.
+
+With two specs the teachers are built (or resumed) first; with one, the student spec's ``teachers`` directory must
+hold a finished build (MT-DNN-KD, stage 2b)::
+
+    python -m mtdnn.distill teachers/glue.yaml students/glue.yaml --from-run runs/<mt-run> --data-dir ../shared/data
+    python -m mtdnn.distill students/glue.yaml --data-dir ../shared/data
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..errors import HelpFormatter, Interrupted, run_cli
+from .common import add_trainer_args, lightning_settings, setup_logging
+from .teachers import add_common_args
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m mtdnn.distill", description=__doc__.split("\n\n")[0],
+                                formatter_class=HelpFormatter)
+    p.add_argument("specs", nargs="+", metavar="SPEC",
+                   help="[TEACHERS_SPEC] STUDENT_SPEC: with both, the teachers are built (or resumed) first")
+    add_common_args(p)
+    p.add_argument("--output-dir", default=None, help="student run directory (overrides the spec's output_dir)")
+    p.add_argument("--overwrite", action="store_true", help="replace a student run directory holding a complete run")
+    add_trainer_args(p, defaults={"devices": 1})
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if len(args.specs) > 2:
+        parser.error("give one or two specs: [TEACHERS_SPEC] STUDENT_SPEC")
+    setup_logging()
+    from ..distillation.specs import TeacherSpec, load_spec
+    from ..distillation.student import REPORT_MD, StudentSpec, distill
+    from ..tasks.data import resolve_data_dir
+
+    student_path = args.specs[-1]
+    spec = load_spec(student_path, StudentSpec, "student")
+    teacher_path = args.specs[0] if len(args.specs) == 2 else None
+    teacher_spec = load_spec(teacher_path, TeacherSpec, "teacher") if teacher_path else None
+    try:
+        run = distill(spec, student_path, teacher_spec, teacher_path, data_dir=resolve_data_dir(args.data_dir),
+                      from_run=args.from_run, teachers_dir=args.teachers_dir, output_dir=args.output_dir,
+                      lightning=lightning_settings(args), overwrite=args.overwrite,
+                      retrain_changed=args.retrain_changed)
+    except (Interrupted, KeyboardInterrupt) as err:
+        print(f"interrupted: {err}; rerun the same command to resume (complete teacher members are kept)",
+              file=sys.stderr)
+        return getattr(err, "exit_code", 130)
+    if run.complete:
+        print((run.directory / REPORT_MD).read_text(encoding="utf-8"))
+        print(f"run directory: {run.directory}")
+    return 0
+
+
+def cli() -> None:
+    """Console-script entry point (``mtdnn-distill``)."""
+    run_cli(main)
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,0 +1,101 @@
+"""A trained model for Python callers: predict raw text, score labelled splits (what :func:`mtdnn.load` returns)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from ..errors import ConfigError, DataError
+
+
+class TrainedModel:
+    """A run's best checkpoint (or another), or an export, loaded on CPU in eval mode.
+
+    Wraps :class:`mtdnn.training.inference.LoadedModel`; predictions and scores are those of ``python -m
+    mtdnn.predict`` and ``python -m mtdnn.evaluate`` (the same batching, so the same numbers).
+    """
+
+    def __init__(self, loaded, device: str = "auto"):
+        self.loaded, self.device = loaded, device
+
+    @property
+    def tasks(self) -> dict:
+        """``{name: TaskDef}`` of the tasks the model has heads for."""
+        return self.loaded.tasks
+
+    def _task(self, task: str | None):
+        if task is None:
+            if len(self.tasks) > 1:
+                raise ConfigError(f"{self.loaded.model_dir}: several tasks ({', '.join(self.tasks)}); name one "
+                                  "with task=")
+            task = next(iter(self.tasks))
+        return self.loaded.task(task)
+
+    def predict(self, inputs: str | Sequence[str | Sequence[str]], task: str | None = None,
+                batch_size: int | None = None) -> list[dict]:
+        """Predictions for raw text, one per input, in order.
+
+        Args:
+            inputs: one text per example (``["a film ..."]``), or one tuple per example holding the task's text
+                columns in order (premise and hypothesis: ``[("The cat sat.", "A cat was sitting.")]``; ranking
+                tasks: the question, then the candidates); a single string or tuple is one example.
+            task: the task whose head predicts (default: the model's only task).
+
+        Returns:
+            Per example: ``{"prediction": label, "probability": p, "probabilities": {label: p}}`` (softmax of
+            the logits); regression: ``{"prediction": score}``; ranking: the chosen candidate's index.
+
+        Raises:
+            ConfigError: an unknown task, or no task named for a multi-task model.
+            DataError: an input with the wrong number of texts for the task.
+        """
+        from ..tasks.data import tokenize_examples
+        from .predict import input_columns, make_example, predict_examples
+
+        definition = self._task(task)
+        if isinstance(inputs, (str, tuple)):
+            inputs = [inputs]
+        columns = input_columns(definition)
+        examples = []
+        for i, item in enumerate(inputs):
+            fields = [item] if isinstance(item, str) else list(item)
+            if len(fields) != len(columns) or not all(isinstance(f, str) for f in fields):
+                raise DataError(f"predict: input {i}: task '{definition.name}' takes {len(columns)} text(s) "
+                                f"({', '.join(columns)}), got {item!r}")
+            examples.append(make_example(definition, fields, str(i), i + 1))
+        if not examples:
+            return []
+        split = tokenize_examples(examples, definition, self.loaded.tokenizer, self.loaded.max_length)
+        return predict_examples(self.loaded, definition, split, batch_size, self.device)
+
+    def evaluate(self, task: str | Sequence[str] | None = None, split: str = "dev",
+                 data_dir: str | Path | None = None, batch_size: int | None = None) -> dict:
+        """Scores on a labelled split (see :func:`mtdnn.evaluation.evaluate.evaluate`).
+
+        Args:
+            task: a task, several, or None for every task of the model that has ``split``.
+
+        Returns:
+            ``{"split", "data_dir", "tasks": {task: {metric: value}}, "examples": {task: n}, "average"}``.
+
+        Raises:
+            ConfigError, DataError: an unknown task, a task without the split, or an unlabelled split.
+        """
+        from .evaluate import evaluate
+
+        names = [task] if isinstance(task, str) else (list(task) if task is not None else None)
+        return evaluate(self.loaded, names, split, data_dir, batch_size, self.device)
+
+    def __repr__(self) -> str:
+        return f"TrainedModel({str(self.loaded.model_dir)!r}, tasks={list(self.tasks)})"
+
+
+def load(path: str | Path, checkpoint: str | None = None, device: str = "auto") -> TrainedModel:
+    """Load a complete run directory (its best checkpoint, or ``checkpoint``) or an export directory.
+
+    Raises:
+        CheckpointError: no such directory, an incomplete run, a missing or damaged checkpoint.
+    """
+    from ..training.inference import load_model
+
+    return TrainedModel(load_model(path, checkpoint), device)
