@@ -209,7 +209,9 @@ def render_markdown(report: dict, title: str) -> str:
         lines.append("| " + " | ".join([f"{name} (gold only)", t["metric"]] + [""] * (members + 2)
                                        + [fmt(t["student"]["score"])]) + " |")
     lines += ["", "Pairwise disagreement of the members on dev (classification: fraction of examples with a "
-              "different predicted class; regression: mean absolute difference of the predictions).", ""]
+              "different predicted class; regression: mean absolute difference of the predictions; token-level "
+              "tasks: fraction of labelled pieces and of window starts and ends with a different predicted class).",
+              ""]
     pairs = [f"{a}-{b}" for a in range(1, members + 1) for b in range(a + 1, members + 1)]
     lines += ["| task | " + " | ".join(pairs) + " |", "|" + "---|" * (len(pairs) + 1)]
     for name, t in tasks.items():
