@@ -481,3 +481,78 @@ def test_bad_lightning_flag_exits_2_before_any_member_or_student_run(world, caps
         code, err = run_exit_code(main, argv + flags, capsys)
         assert code == 2 and "Lightning rejects" in err and "--precision 64-bogus" in err, err
     assert not (world["base"] / "flag-teachers").exists() and not (world["base"] / "flag-student").exists()
+
+
+# ------------------------------------------------------------------------------ out-of-fold (cross-fitted) teachers
+
+@pytest.fixture(scope="module")
+def crossfit(world):
+    from mtdnn.distillation.teachers import build
+    from mtdnn.distillation.specs import TeacherSpec
+
+    spec = TeacherSpec.model_validate({
+        "task_defs": GLUE, "from_run": str(world["mt_run"]), "output_dir": str(world["base"] / "teachers-oof"),
+        "tasks": ["rte"], "members": 1, "cross_fit": 2, "fold_seed": 3, "vary": {"seed": [5], "data_seed": [9]},
+        "finetune": {"max_epochs": 1, "batch_size": 16, "lr": 1e-3}})
+    return build(spec, "oof.yaml", world["data"], lightning={"accelerator": "cpu", "devices": 1}), spec
+
+
+def test_out_of_fold_soft_targets_come_from_members_that_never_saw_the_example(world, crossfit):
+    from mtdnn.distillation.folds import FOLD_SPLIT, fold_task
+    from mtdnn.tasks.data import load_split
+    from mtdnn.tasks.taskdef import load_task_defs
+
+    teacher_dir, spec = crossfit
+    task = load_task_defs(GLUE)["rte"]
+    train_ids = [ex.id for ex in load_split(task, "train", world["data"]).examples]
+    manifest = soft_targets.read_manifest(teacher_dir)
+    assert manifest["cross_fit"] == {"k": 2, "seed": 3}
+    assert [(m["member"], m["fold"], m["data_seed"]) for m in manifest["tasks"]["rte"]["members"]] == [(1, 1, 9), (2, 2, 9)]
+    seen_by, cached = {}, {}
+    for k, fold in ((1, 1), (2, 2)):
+        ftask = fold_task(task, 2, fold, 3)
+        trained_on = {ex.id for ex in load_split(ftask, "train", world["data"]).examples}
+        ids, logits, _ = soft_targets.read_outputs(soft_targets.logits_dir(teacher_dir, "rte", k, "train"))
+        assert not trained_on & set(ids)  # the member's soft targets are only for rows it did not train on
+        assert trained_on | set(ids) == set(train_ids)
+        heldout = [ex.id for ex in load_split(ftask, FOLD_SPLIT, world["data"]).examples]
+        assert sorted(ids) == sorted(heldout)
+        # and the member really trained on the fold's complement: its run's task definitions are the fold's
+        run_config = yaml.safe_load((teacher_dir / "rte" / f"member-{k}" / "config.yaml").read_text())
+        assert Path(run_config["task_defs"]).name == f"fold-{fold}.yaml" and run_config["data_seed"] == 9
+        seen_by.update({i: k for i in ids})
+        cached.update(dict(zip(ids, logits)))
+    assert sorted(seen_by) == sorted(train_ids)  # the folds partition the training set
+    outputs = soft_targets.teacher_outputs(teacher_dir, task, "train", world["data"], train_ids)
+    assert outputs.shape == (len(train_ids), 1, 2)
+    for row, i in enumerate(train_ids):
+        np.testing.assert_array_equal(outputs[row, 0], cached[i])
+    report = json.loads((teacher_dir / "teachers.json").read_text())
+    rte = report["tasks"]["rte"]
+    assert [f["fold"] for f in rte["folds"]] == [1, 2]
+    assert rte["fold_mean"] == pytest.approx(np.mean([f["score"] for f in rte["folds"]]))
+    assert rte["ensemble_gain"] == pytest.approx(rte["ensemble"]["score"] - rte["mean"])
+    assert "Out-of-fold teachers" in (teacher_dir / "teachers.md").read_text()
+
+
+def test_member_settings_vary_and_must_differ():
+    from pydantic import ValidationError
+
+    from mtdnn.distillation.specs import TeacherSpec
+    from mtdnn.distillation.teachers import enumerate_members, member_config
+
+    spec = TeacherSpec.model_validate({"task_defs": GLUE, "output_dir": "x", "tasks": ["rte"], "members": 2,
+                                       "cross_fit": 3, "vary": {"seed": [1, 1], "data_seed": [1, 2],
+                                                                "lr": [1e-5, 2e-5], "max_epochs": [1, 2]}})
+    members = enumerate_members(spec)
+    assert [(k, f) for k, f, _ in members] == [(1, 1), (2, 1), (3, 2), (4, 2), (5, 3), (6, 3)]
+    config = member_config(spec, "rte", members[1][2], Path("."), "enc", Path("mt"), Path("out"))
+    assert (config.seed, config.data_seed, config.lr, config.max_epochs) == (1, 2, 2e-5, 2)
+    with pytest.raises(ValidationError, match="same settings"):
+        TeacherSpec.model_validate({"task_defs": GLUE, "output_dir": "x", "tasks": ["rte"], "members": 2,
+                                    "vary": {"seed": [1, 1]}})
+    with pytest.raises(ValidationError, match="finite number > 0"):
+        TeacherSpec.model_validate({"task_defs": GLUE, "output_dir": "x", "tasks": ["rte"], "members": 1,
+                                    "vary": {"lr": ["inf"]}})
+    with pytest.raises(ValidationError, match="greater than or equal to 2"):
+        TeacherSpec.model_validate({"task_defs": GLUE, "output_dir": "x", "tasks": ["rte"], "cross_fit": 1})

@@ -82,7 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--temperature", type=positive_float,
                    help="T of temperature sampling, p_t ~ n_t^(1/T) (only with --schedule temperature)"
                         + d("temperature"))
-    g.add_argument("--seed", type=int, help="seed of initialisation, dropout and the schedule" + d("seed"))
+    g.add_argument("--seed", type=int, help="seed of initialisation, dropout and (without --data-seed) the "
+                   "schedule and data order" + d("seed"))
+    g.add_argument("--data-seed", type=int, help="seed of the task schedule and data order alone (default: --seed)")
     g.add_argument("--limit-train-examples", type=positive_int, metavar="N",
                    help="use the first N rows of each task's train split")
     g.add_argument("--limit-eval-examples", type=positive_int, metavar="N",

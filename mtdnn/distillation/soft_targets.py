@@ -21,6 +21,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -261,6 +262,9 @@ def teacher_outputs(teacher_dir: Path, task: TaskDef, split: str, data_dir: Path
 
     Returns:
         ``(len(ids), members, outputs)`` float32; per-piece types: per id, ``(members, pieces, width)`` float32.
+        For the ``train`` split of a cross-fitted build (``cross_fit: K``), ``members`` is the number per fold and
+        each example's row holds the outputs of the members of its own fold, which never trained on it; on other
+        splits, every member of every fold.
 
     Raises:
         CheckpointError: no teachers for the task, a member's run, export or cache is missing, or a cache was
@@ -271,39 +275,59 @@ def teacher_outputs(teacher_dir: Path, task: TaskDef, split: str, data_dir: Path
     if task.name not in manifest["tasks"]:
         raise CheckpointError(f"{manifest_path}: no teachers for task '{task.name}' (teachers were built for "
                               f"{', '.join(manifest['tasks'])}); build them, or train the task on gold labels only")
-    fingerprint = fingerprint or data_fingerprint(task, split, data_dir)
+    members = manifest["tasks"][task.name]["members"]
+    cross_fit = manifest.get("cross_fit")
     per_piece = task.task_type.soft_target_pieces is not None
+    if cross_fit and split == "train":
+        if per_piece:
+            raise CheckpointError(f"{manifest_path}: task '{task.name}' is a {task.type} task, whose per-piece soft "
+                                  "targets have no out-of-fold build (cross_fit)")
+        return _out_of_fold_outputs(teacher_dir, task, data_dir, ids, members, cross_fit)
+    fingerprint = fingerprint or data_fingerprint(task, split, data_dir)
     if per_piece and rows is None:
         raise ValueError(f"task '{task.name}': per-piece soft targets are read with the tokenized split (rows)")
     count = len(rows) if per_piece else fingerprint["count"]  # rows of the tokenized split: sentences, windows
     stacked = []
-    for member in manifest["tasks"][task.name]["members"]:
+    for member in members:
         k = member["member"]
-        export = member_dir(teacher_dir, task.name, k) / "export"
-        if not (export / "heads.safetensors").is_file():
-            raise CheckpointError(f"{export}: checkpoint of teacher member {k} of task '{task.name}' not found "
-                                  "(the teacher build is incomplete; rerun python -m mtdnn.teachers)")
-        path = logits_dir(teacher_dir, task.name, k, split)
-        cached_ids, outputs, stored = read_outputs(path)
-        where = path / FINGERPRINT_FILE
-        if stored.get("data") != fingerprint["digest"] or len(cached_ids) != count:
-            raise CheckpointError(
-                f"{where}: field 'data': the cached outputs of task '{task.name}' ({split}, member {k}) were computed "
-                f"from another version of the data ({len(cached_ids)} rows, digest {stored.get('data')}; the data "
-                f"now has {count} rows, digest {fingerprint['digest']}); rebuild the teachers")
-        if stored.get("member_export") != export_digest(export):
-            raise CheckpointError(f"{where}: field 'member_export': teacher member {k} of task '{task.name}' changed "
-                                  f"since its outputs were cached; rerun python -m mtdnn.teachers")
+        cached_ids, outputs, stored, where = _member_cache(teacher_dir, task, k, split, fingerprint, count)
         if per_piece:
             stacked.append(_piece_rows(cached_ids, outputs, stored, task, ids, rows, where))
             continue
-        if outputs.shape[1] != num_outputs(task):
-            raise CheckpointError(f"{where}: {outputs.shape[1]} outputs per example, task '{task.name}' has "
-                                  f"{num_outputs(task)}")
-        stacked.append(align(cached_ids, outputs, ids, str(path)))
+        _check_width(outputs, task, where)
+        stacked.append(align(cached_ids, outputs, ids, str(where.parent)))
     if per_piece:
         return [np.stack(member_rows) for member_rows in zip(*stacked)]
     return np.stack(stacked, axis=1)
+
+
+def _member_cache(teacher_dir: Path, task: TaskDef, k: int, split: str, fingerprint: dict,
+                  count: int | None = None) -> tuple[list[str], Any, dict, Path]:
+    """Member k's cached ``(ids, outputs, fingerprint record, record path)`` on ``split``, checked against
+    ``fingerprint`` (the data; ``count`` rows, by default the data's) and the member's export."""
+    count = fingerprint["count"] if count is None else count
+    export = member_dir(teacher_dir, task.name, k) / "export"
+    if not (export / "heads.safetensors").is_file():
+        raise CheckpointError(f"{export}: checkpoint of teacher member {k} of task '{task.name}' not found "
+                              "(the teacher build is incomplete; rerun python -m mtdnn.teachers)")
+    path = logits_dir(teacher_dir, task.name, k, split)
+    cached_ids, outputs, stored = read_outputs(path)
+    where = path / FINGERPRINT_FILE
+    if stored.get("data") != fingerprint["digest"] or len(cached_ids) != count:
+        raise CheckpointError(
+            f"{where}: field 'data': the cached outputs of task '{task.name}' ({split}, member {k}) were computed "
+            f"from another version of the data ({len(cached_ids)} rows, digest {stored.get('data')}; the data "
+            f"now has {count} rows, digest {fingerprint['digest']}); rebuild the teachers")
+    if stored.get("member_export") != export_digest(export):
+        raise CheckpointError(f"{where}: field 'member_export': teacher member {k} of task '{task.name}' changed "
+                              f"since its outputs were cached; rerun python -m mtdnn.teachers")
+    return cached_ids, outputs, stored, where
+
+
+def _check_width(outputs: np.ndarray, task: TaskDef, where: Path) -> None:
+    if outputs.shape[1] != num_outputs(task):
+        raise CheckpointError(f"{where}: {outputs.shape[1]} outputs per example, task '{task.name}' has "
+                              f"{num_outputs(task)}")
 
 
 def _piece_rows(cached_ids: list[str], outputs, stored: dict, task: TaskDef, ids: list[str], rows,
@@ -319,3 +343,40 @@ def _piece_rows(cached_ids: list[str], outputs, stored: dict, task: TaskDef, ids
     if align(cached_ids, outputs.masks, ids, str(where.parent)) != task.task_type.soft_target_pieces.mask(rows):
         raise CheckpointError(f"{where}: the cached label masks of task '{task.name}' differ from the data's")
     return align(cached_ids, outputs.rows, ids, str(where.parent))
+
+
+def _out_of_fold_outputs(teacher_dir: Path, task: TaskDef, data_dir: Path, ids: list[str], members: list[dict],
+                         cross_fit: dict) -> np.ndarray:
+    """``(len(ids), members per fold, outputs)``: each example's outputs from the members of its own fold only
+    (trained without it). Raises CheckpointError when an id is in no fold's cache or in more than one."""
+    from .folds import FOLD_SPLIT, fold_task
+
+    by_fold: dict[int, list[int]] = {}
+    for member in members:
+        by_fold.setdefault(int(member["fold"]), []).append(int(member["member"]))
+    fold_of: dict[str, int] = {}
+    caches: dict[int, list[tuple[list[str], np.ndarray]]] = {}
+    for fold, ks in sorted(by_fold.items()):
+        fingerprint = data_fingerprint(fold_task(task, cross_fit["k"], fold, cross_fit["seed"]), FOLD_SPLIT, data_dir)
+        caches[fold] = []
+        for k in ks:
+            cached_ids, outputs, _, where = _member_cache(teacher_dir, task, k, "train", fingerprint)
+            _check_width(outputs, task, where)
+            caches[fold].append((cached_ids, outputs))
+        for i in caches[fold][0][0]:
+            if fold_of.setdefault(i, fold) != fold:
+                raise CheckpointError(f"{teacher_dir}: example id {i} of task '{task.name}' is in folds {fold_of[i]} "
+                                      f"and {fold}; the folds must partition the training set")
+    missing = [i for i in ids if i not in fold_of]
+    if missing:
+        raise CheckpointError(f"{teacher_dir}: {len(missing)} training example id(s) of task '{task.name}' are in no "
+                              f"fold's cached outputs (e.g. {missing[:3]}); rebuild the teachers")
+    per_fold = len(next(iter(caches.values())))
+    out = np.zeros((len(ids), per_fold, num_outputs(task)), dtype=np.float32)
+    for fold, fold_caches in caches.items():
+        rows = [j for j, i in enumerate(ids) if fold_of[i] == fold]
+        if rows:
+            wanted = [ids[j] for j in rows]
+            out[rows] = np.stack([align(cached, outputs, wanted, f"{teacher_dir} (fold {fold})")
+                                  for cached, outputs in fold_caches], axis=1)
+    return out

@@ -55,18 +55,24 @@ class FinetuneSpec(Spec):
 
 
 class VarySpec(Spec):
-    """What differs between the members of an ensemble: one seed (and optionally one dropout) per member.
+    """What differs between the members of an ensemble, one value per member.
 
-    ``dropout`` is the member's ``TrainConfig.dropout`` (``mtdnn.train --dropout``): it replaces every dropout probability of the member
-    (encoder attention and hidden layers, task head); without it the encoder's and task definition's apply.
+    ``seed``: the initialisation seed (head weights, dropout masks; default 1..members); ``data_seed``: the seed of
+    the member's data order and task schedule (``TrainConfig.data_seed``; default: its ``seed``), so that members
+    can differ in data order with the same initialisation or the reverse; ``dropout``: the member's
+    ``TrainConfig.dropout`` (every dropout probability of encoder and head; default: the encoder's and task
+    definition's); ``lr`` and ``max_epochs``: per-member overrides of ``finetune``.
     """
 
     seed: list[int] | None = None
+    data_seed: list[int] | None = None
     dropout: list[float] | None = None
+    lr: list[float] | None = None
+    max_epochs: list[int] | None = None
 
-    @field_validator("dropout", mode="before")
+    @field_validator("dropout", "lr", mode="before")
     @classmethod
-    def _dropout_floats(cls, value):
+    def _floats(cls, value):
         return [yaml_float(v) for v in value] if isinstance(value, list) else value
 
     @field_validator("dropout")
@@ -77,14 +83,35 @@ class VarySpec(Spec):
                 raise ValueError(f"a dropout must be in [0, 1) (got {v})")
         return value
 
+    @field_validator("lr")
+    @classmethod
+    def _lr_range(cls, value):
+        for v in value or []:
+            if not (v > 0 and v < float("inf")):
+                raise ValueError(f"a learning rate must be a finite number > 0 (got {v})")
+        return value
+
+    @field_validator("max_epochs")
+    @classmethod
+    def _epochs_range(cls, value):
+        for v in value or []:
+            if v < 1:
+                raise ValueError(f"max_epochs must be >= 1 (got {v})")
+        return value
+
+
+VARIED = ("seed", "data_seed", "dropout", "lr", "max_epochs")
+
 
 class TeacherSpec(Spec):
     """A teacher spec (``teachers/*.yaml``); relative paths are relative to the working directory.
 
     ``task_defs``: the task-definition file; ``from_run``: the multi-task run the members start from
     (``--from-run`` overrides it); ``output_dir``: the teacher directory; ``tasks``: one ensemble each;
-    ``members``: ensemble size; ``vary``: per-member seeds (default 1..members) and dropouts (default: the
-    encoder's and task definition's); ``finetune``: the members' training settings.
+    ``members``: ensemble size (per fold with ``cross_fit``); ``vary``: what differs between members (see
+    :class:`VarySpec`); ``finetune``: the members' training settings; ``cross_fit``: K >= 2 for out-of-fold soft
+    targets (the training set split into K label-stratified folds seeded by ``fold_seed``; the ``members`` of
+    fold k train without fold k and give the soft targets of fold k; see :mod:`mtdnn.distillation.teachers`).
     """
 
     task_defs: str
@@ -94,19 +121,21 @@ class TeacherSpec(Spec):
     members: int = Field(default=3, ge=1)
     vary: VarySpec = VarySpec()
     finetune: FinetuneSpec = FinetuneSpec()
+    cross_fit: int | None = Field(default=None, ge=2)
+    fold_seed: int = 0
 
     @model_validator(mode="after")
     def _members_differ(self) -> "TeacherSpec":
-        for name in ("seed", "dropout"):
+        for name in VARIED:
             values = getattr(self.vary, name)
             if values is not None and len(values) != self.members:
                 raise ValueError(f"field 'vary.{name}': lists {len(values)} values for {self.members} members "
                                  "(field 'members'); give one per member")
-        settings = [(s, d) for s, d in zip(self.seeds, self.dropouts)]
+        settings = [tuple(m[n] for n in VARIED) for m in self.member_settings]
         for i, a in enumerate(settings):
             if a in settings[:i]:
-                raise ValueError(f"field 'vary': members {settings.index(a) + 1} and {i + 1} have the same seed and "
-                                 f"dropout {a}; members of an ensemble must differ")
+                raise ValueError(f"field 'vary': members {settings.index(a) + 1} and {i + 1} have the same settings "
+                                 f"({dict(zip(VARIED, a))}); members of an ensemble must differ")
         if len(set(self.tasks)) != len(self.tasks):
             raise ValueError(f"field 'tasks': lists a task twice ({self.tasks})")
         return self
@@ -118,6 +147,21 @@ class TeacherSpec(Spec):
     @property
     def dropouts(self) -> list[float | None]:
         return list(self.vary.dropout or [None] * self.members)
+
+    @property
+    def member_settings(self) -> list[dict]:
+        """Per member (1..members), what it varies: ``seed``, ``data_seed``, ``dropout``, ``lr``, ``max_epochs``
+        (None: the default of ``finetune``, or the seed for ``data_seed``)."""
+        out = []
+        for i, seed in enumerate(self.seeds):
+            out.append({"seed": seed, **{n: (getattr(self.vary, n) or [None] * self.members)[i]
+                                         for n in VARIED if n != "seed"}})
+        return out
+
+    @property
+    def folds(self) -> list[int | None]:
+        """The folds 1..K with ``cross_fit``, else ``[None]`` (members see the whole training set)."""
+        return list(range(1, self.cross_fit + 1)) if self.cross_fit else [None]
 
 
 def format_spec_error(source: str, err: ValidationError) -> str:

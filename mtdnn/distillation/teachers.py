@@ -43,6 +43,7 @@ from . import piece_targets, soft_targets
 from ..errors import CheckpointError, ConfigError
 from ..fileio import prepare_output_dir, read_json, write_atomic, write_json_atomic, write_yaml_atomic
 from .calibration import classification_summary, regression_summary, temperature_scaling
+from .folds import FOLD_SPLIT, fold_task, fold_task_defs, fold_task_defs_path
 from .soft_targets import MANIFEST_FILE, member_dir, read_manifest
 from .specs import TeacherSpec, load_spec
 from ..tasks.taskdef import TaskDef, load_task_defs, select_tasks
@@ -171,8 +172,18 @@ def summarize(teacher_dir: Path, tasks: dict[str, TaskDef], data_dir: Path) -> d
                    if task.task_type.soft_target_pieces is None
                    else "fraction of soft-target distributions (labelled pieces; window starts and ends) with a "
                         "different predicted class")
+        folds = sorted({m["fold"] for m in members if m.get("fold")})
+        per_fold = []
+        for fold in folds if task.task_type.soft_target_pieces is None else []:  # no per-piece cross-fit
+            columns = [j for j, m in enumerate(members) if m.get("fold") == fold]
+            fold_scores = score(task, ensemble_outputs(task.type, outputs[:, columns]), labels)
+            per_fold.append({"fold": fold, "members": [members[j]["member"] for j in columns],
+                             "ensemble": fold_scores, "score": fold_scores[metric]})
         report["tasks"][name] = {"metric": metric, "members": members, "mean": mean, "std": std,
                                  "ensemble": {"dev": ensemble, "score": ensemble[metric]},
+                                 "ensemble_gain": ensemble[metric] - mean,
+                                 **({"folds": per_fold, "fold_mean": statistics.fmean(f["score"] for f in per_fold)}
+                                    if per_fold else {}),
                                  "disagreement": {"measure": measure, "pairs": pairs},
                                  "soft_targets": carried}
     names = {n: t.metric_names for n, t in tasks.items()}
@@ -217,6 +228,16 @@ def render_markdown(report: dict, title: str) -> str:
     for name, t in tasks.items():
         values = {f"{p['members'][0]}-{p['members'][1]}": fmt(p["value"]) for p in t["disagreement"]["pairs"]}
         lines.append(f"| {name} | " + " | ".join(values.get(p, "") for p in pairs) + " |")
+    lines += ["", "Ensemble gain over the mean member (dev): " + ", ".join(
+        f"{name} {t['ensemble_gain']:+.4f}" for name, t in tasks.items() if "ensemble_gain" in t) + "."]
+    folded = {name: t for name, t in tasks.items() if t.get("folds")}
+    if folded:
+        lines += ["", "Out-of-fold teachers: each fold's ensemble (its members trained without that fold) on dev, "
+                  "and their mean.", "", "| task | " + " | ".join(f"fold {f['fold']}" for f in
+                                                                     next(iter(folded.values()))["folds"])
+                  + " | mean |", "|---|" + "---|" * (len(next(iter(folded.values()))["folds"]) + 1)]
+        lines += [f"| {name} | " + " | ".join(fmt(f["score"]) for f in t["folds"]) + f" | {fmt(t['fold_mean'])} |"
+                  for name, t in folded.items()]
     lines += soft_target_markdown(tasks, fmt)
     return "\n".join(lines) + "\n"
 
@@ -329,8 +350,8 @@ def teacher_tasks(spec: TeacherSpec, spec_path: str) -> dict[str, TaskDef]:
     """The spec's tasks from its task definitions (the counterpart of :func:`mtdnn.distill.student_tasks`).
 
     Raises:
-        ConfigError: an unknown task, or a task without a train or dev split (members are fine-tuned on train and
-            selected on dev).
+        ConfigError: an unknown task, a task without a train or dev split (members are fine-tuned on train and
+            selected on dev), or a per-piece task (token level) with ``cross_fit``.
     """
     tasks = select_tasks(load_task_defs(spec.task_defs), spec.tasks, f"{spec_path}: field 'tasks'")
     for name, task in tasks.items():
@@ -341,16 +362,37 @@ def teacher_tasks(spec: TeacherSpec, spec_path: str) -> dict[str, TaskDef]:
         if task.task_type.soft_targets is None:
             raise ConfigError(f"{spec_path}: field 'tasks': task '{name}' is a {task.type} task, which has no soft "
                               "targets to distil")
+        if spec.cross_fit and task.task_type.soft_target_pieces is not None:
+            raise ConfigError(f"{spec_path}: field 'cross_fit': task '{name}' is a {task.type} task; out-of-fold "
+                              "soft targets are built for sentence-level tasks only (their folds are stratified by "
+                              "label); build its teachers in a spec without cross_fit")
     return tasks
 
 
-def member_config(spec: TeacherSpec, task: str, seed: int, dropout: float | None, data_dir: Path, encoder: str,
-                  from_run: Path, run_dir: Path, lightning: dict | None = None) -> TrainConfig:
+def member_config(spec: TeacherSpec, task: str, member: dict, data_dir: Path, encoder: str, from_run: Path,
+                  run_dir: Path, lightning: dict | None = None, task_defs: str | None = None) -> TrainConfig:
     """The :class:`~mtdnn.training.config.TrainConfig` of one member: fine-tune ``task`` alone from the multi-task
-    run with the spec's ``finetune`` settings, the member's seed and dropout, and the Lightning settings."""
-    return TrainConfig(task_defs=spec.task_defs, tasks=[task], data_dir=str(data_dir), encoder=encoder,
-                       init_from=str(from_run), output_dir=str(run_dir), seed=seed, dropout=dropout,
-                       **spec.finetune.model_dump(), **(lightning or {}))
+    run with the spec's ``finetune`` settings, what the member varies (``member``: see
+    :attr:`~mtdnn.distillation.specs.TeacherSpec.member_settings`) and the Lightning settings. ``task_defs``:
+    the fold's task definitions of a cross-fitted member (see :func:`fold_task`)."""
+    finetune = spec.finetune.model_dump()
+    for name in ("lr", "max_epochs"):
+        if member.get(name) is not None:
+            finetune[name] = member[name]
+    return TrainConfig(task_defs=task_defs or spec.task_defs, tasks=[task], data_dir=str(data_dir), encoder=encoder,
+                       init_from=str(from_run), output_dir=str(run_dir), seed=member["seed"],
+                       data_seed=member.get("data_seed"), dropout=member.get("dropout"), **finetune, **(lightning or {}))
+
+
+def enumerate_members(spec: TeacherSpec) -> list[tuple[int, int | None, dict]]:
+    """``(k, fold, settings)`` of every member of a task: k = 1.. over folds (with ``cross_fit``: the members of
+    fold 1 first, then fold 2, ...), fold None without ``cross_fit``, settings as in
+    :attr:`~mtdnn.distillation.specs.TeacherSpec.member_settings`."""
+    out = []
+    for f_index, fold in enumerate(spec.folds):
+        for m, member in enumerate(spec.member_settings, start=1):
+            out.append((f_index * spec.members + m, fold, member))
+    return out
 
 
 def build(spec: TeacherSpec, spec_path: str, data_dir: Path, from_run: str | None = None,
@@ -395,11 +437,18 @@ def build(spec: TeacherSpec, spec_path: str, data_dir: Path, from_run: str | Non
     data = {n: {s: soft_targets.data_fingerprint(t, s, data_dir)["digest"] for s in ("train", "dev")}
             for n, t in tasks.items()}
     mt_digest = soft_targets.export_digest(mt_export)
+    fold_tasks = {(n, f): fold_task(t, spec.cross_fit, f, spec.fold_seed)
+                  for n, t in tasks.items() for f in spec.folds if f is not None}
+    for (name, fold), ftask in fold_tasks.items():
+        data[name][f"fold-{fold}"] = {s: soft_targets.data_fingerprint(ftask, s, data_dir)["digest"]
+                                      for s in ("train", FOLD_SPLIT)}
     plan = []
     for name, task in tasks.items():
-        for k, (seed, dropout) in enumerate(zip(spec.seeds, spec.dropouts), start=1):
-            settings = {"task": name, "member": k, "seed": seed, "dropout": dropout, "from_run": str(run_path),
-                        "from_run_export": mt_digest, "finetune": spec.finetune.model_dump(), "data": data[name]}
+        for k, fold, member in enumerate_members(spec):
+            settings = {"task": name, "member": k, **member, "fold": fold,
+                        "cross_fit": {"k": spec.cross_fit, "seed": spec.fold_seed} if fold else None,
+                        "from_run": str(run_path), "from_run_export": mt_digest,
+                        "finetune": spec.finetune.model_dump(), "data": data[name]}
             run_dir = member_dir(teacher_dir, name, k)
             sidecar = run_dir.with_name(f"member-{k}.json")
             retrain = False
@@ -415,22 +464,27 @@ def build(spec: TeacherSpec, spec_path: str, data_dir: Path, from_run: str | Non
                                           f"differently ({difference}); pass --retrain-changed to retrain it, or "
                                           "choose another teacher directory")
                 retrain = bool(difference)
-            plan.append((task, k, seed, dropout, settings, run_dir, sidecar, retrain))
+            plan.append((task, k, fold, member, settings, run_dir, sidecar, retrain))
 
     # 2. The resolved spec, then each member: train (unless complete), then cache its outputs.
     manifest = {"spec": str(spec_path), "task_defs": str(Path(spec.task_defs).resolve()), "from_run": str(run_path),
                 "encoder": encoder, "data_dir": str(data_dir), "finetune": spec.finetune.model_dump(),
-                "tasks": {n: {"members": [{"member": k, "seed": s, "dropout": d}
-                                          for k, (s, d) in enumerate(zip(spec.seeds, spec.dropouts), start=1)]}
+                "cross_fit": {"k": spec.cross_fit, "seed": spec.fold_seed} if spec.cross_fit else None,
+                "tasks": {n: {"members": [{"member": k, **member, **({"fold": fold} if fold else {})}
+                                          for k, fold, member in enumerate_members(spec)]}
                           for n in tasks}}
     write_yaml_atomic(teacher_dir / MANIFEST_FILE, manifest)
+    for (name, fold), ftask in fold_tasks.items():
+        write_yaml_atomic(fold_task_defs_path(teacher_dir, name, fold), fold_task_defs(ftask))
     device = _inference_device((lightning or {}).get("accelerator", "auto"))
-    for task, k, seed, dropout, settings, run_dir, sidecar, retrain in plan:
+    for task, k, fold, member, settings, run_dir, sidecar, retrain in plan:
         if read_metrics(run_dir) is None or retrain:
             write_json_atomic(sidecar, settings)
-            log.info("teacher %s member %d: fine-tuning from %s (seed %d, dropout %s)", task.name, k, run_path, seed,
-                     "as defined" if dropout is None else dropout)
-            config = member_config(spec, task.name, seed, dropout, data_dir, encoder, run_path, run_dir, lightning)
+            log.info("teacher %s member %d%s: fine-tuning from %s (%s)", task.name, k,
+                     f" (fold {fold} of {spec.cross_fit} held out)" if fold else "", run_path,
+                     ", ".join(f"{key} {v}" for key, v in member.items() if v is not None))
+            defs = str(fold_task_defs_path(teacher_dir, task.name, fold)) if fold else None
+            config = member_config(spec, task.name, member, data_dir, encoder, run_path, run_dir, lightning, defs)
             try:
                 train.fit(config, overwrite=retrain)
             finally:
@@ -442,16 +496,19 @@ def build(spec: TeacherSpec, spec_path: str, data_dir: Path, from_run: str | Non
                      "tokenizer": tokenizer_fingerprint(load_tokenizer(str(export / "encoder"))),
                      "max_length": spec.finetune.max_length}
         for split in ("train", "dev"):
+            # a cross-fitted member's "train" outputs are those of its held-out fold (never rows it trained on)
+            source = FOLD_SPLIT if fold and split == "train" else split
+            digest = data[task.name][f"fold-{fold}"][FOLD_SPLIT] if source == FOLD_SPLIT else data[task.name][split]
             path = soft_targets.logits_dir(teacher_dir, task.name, k, split)
-            wanted = {**member_fp, "data": data[task.name][split]}
+            wanted = {**member_fp, "data": digest}
             stored = soft_targets.read_fingerprint(path)
             if stored is not None and all(stored.get(key) == v for key, v in wanted.items()):
                 continue  # cached outputs of this member on this data: reused
-            log.info("teacher %s member %d: outputs on %s", task.name, k, split)
-            ids, outputs = soft_targets.member_outputs(export, task.name, split, data_dir,
+            log.info("teacher %s member %d: outputs on %s", task.name, k, source)
+            ids, outputs = soft_targets.member_outputs(export, task.name, source, data_dir,
                                                        spec.finetune.eval_batch_size, spec.finetune.max_length, device)
             soft_targets.write_outputs(path, ids, outputs, {**wanted, "task": task.name, "split": split, "member": k,
-                                                            "count": len(ids)})
+                                                            "fold": fold, "count": len(ids)})
         if not (lightning or {}).get("keep_last_checkpoint"):
             # a member is used through its export and cached outputs only; its checkpoints are most of its disk
             shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)

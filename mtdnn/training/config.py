@@ -75,6 +75,7 @@ class TrainConfig(BaseModel):
     schedule: Literal["proportional", "temperature", "uniform"] = "proportional"
     temperature: float = Field(default=2.0, gt=0, allow_inf_nan=False)
     seed: int = 42
+    data_seed: int | None = None
     limit_train_examples: int | None = Field(default=None, gt=0)
     limit_eval_examples: int | None = Field(default=None, gt=0)
     pad_to_multiple_of: int = Field(default=1, gt=0)

@@ -526,7 +526,8 @@ def datamodule_for(config: TrainConfig, tasks: dict[str, TaskDef], tokenizer, cl
     subclass; ``extra``: its own arguments)."""
     return cls(tasks, Path(config.data_dir), tokenizer, batch_size=config.batch_size,
                eval_batch_size=config.eval_batch_size, schedule=config.schedule,
-               temperature=config.temperature if config.schedule == "temperature" else 1.0, seed=config.seed,
+               temperature=config.temperature if config.schedule == "temperature" else 1.0,
+               seed=config.seed if config.data_seed is None else config.data_seed,
                limit_train_examples=config.limit_train_examples, max_length=config.max_length,
                pad_to_multiple_of=config.pad_to_multiple_of, num_workers=config.num_workers,
                limit_eval_examples=config.limit_eval_examples, accumulate_grad_batches=config.accumulate_grad_batches,
