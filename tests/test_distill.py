@@ -556,3 +556,35 @@ def test_member_settings_vary_and_must_differ():
                                     "vary": {"lr": ["inf"]}})
     with pytest.raises(ValidationError, match="greater than or equal to 2"):
         TeacherSpec.model_validate({"task_defs": GLUE, "output_dir": "x", "tasks": ["rte"], "cross_fit": 1})
+
+
+def test_paired_comparison_runs_both_arms_seed_for_seed(world, capsys):
+    from mtdnn import distill
+    from mtdnn.training.runs import read_metrics
+
+    spec = student_spec(world, "paired", init={"encoder": "multitask"}, distill=["rte"],
+                        train={"max_epochs": 1, "batch_size": 16, "lr": 1.0e-3, "limit_train_examples": 32, "seed": 7})
+    out = world["base"] / "paired-out"
+    assert distill.main([spec, "--seeds", "2", "--bootstrap-resamples", "200", "--data-dir", str(world["data"]),
+                         "--accelerator", "cpu", "--output-dir", str(out)]) == 0
+    result = json.loads((out / "comparison.json").read_text())
+    assert result["seeds"] == [7, 8]
+    for arm, alpha in (("distilled", 0.5), ("gold-only", 0.0)):
+        for i, seed in enumerate((7, 8)):
+            run = out / f"seed-{seed}" / arm
+            resolved = yaml.safe_load((run / "config.yaml").read_text())
+            assert resolved["seed"] == seed and resolved["resolved"]["student"]["alpha"] == alpha
+            # the analysed scores are recomputed from the runs' dev predictions and equal the logged ones
+            logged = read_metrics(run)["best"]["tasks"]["rte"]["accuracy"]
+            assert result["tasks"]["rte"][arm]["per_seed"][i] == pytest.approx(logged, abs=1e-6)
+    # same seed, same schedule: the arms differ only in alpha
+    for seed in (7, 8):
+        a, b = ((out / f"seed-{seed}" / arm / "schedule.json").read_text() for arm in ("distilled", "gold-only"))
+        assert a == b
+    assert {"low", "high"} <= set(result["average"]["difference"]) and result["average"]["bootstrap"]["resamples"] == 200
+    assert "| **average** |" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(distill.main, [spec, "--seeds", "1", "--data-dir", str(world["data"]), "--output-dir",
+                               str(world["base"] / "paired-1")])
+    assert exit_info.value.code == 2 and "at least 2 seeds" in capsys.readouterr().err
+    assert not (world["base"] / "paired-1").exists()

@@ -25,6 +25,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_common_args(p)
     p.add_argument("--output-dir", default=None, help="student run directory (overrides the spec's output_dir)")
     p.add_argument("--overwrite", action="store_true", help="replace a student run directory holding a complete run")
+    g = p.add_argument_group("paired comparison (MT-DNN-KD's claim, seed for seed)")
+    g.add_argument("--seeds", type=int, default=None, metavar="N",
+                   help="train the student and a gold-only baseline (alpha = 0) with N paired seeds each, then "
+                        "report mean ± sd, the paired t-interval and a paired bootstrap (see the README)")
+    g.add_argument("--baseline", choices=["gold-only"], default="gold-only",
+                   help="the comparison's baseline arm (default: gold-only)")
+    g.add_argument("--bootstrap-resamples", type=int, default=10_000, help="paired bootstrap resamples (10000)")
     add_trainer_args(p, defaults={"devices": 1})
     return p
 
@@ -43,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     spec = load_spec(student_path, StudentSpec, "student")
     teacher_path = args.specs[0] if len(args.specs) == 2 else None
     teacher_spec = load_spec(teacher_path, TeacherSpec, "teacher") if teacher_path else None
+    if args.seeds is not None:
+        return _compare(args, spec, student_path, teacher_spec, teacher_path)
     try:
         run = distill(spec, student_path, teacher_spec, teacher_path, data_dir=resolve_data_dir(args.data_dir),
                       from_run=args.from_run, teachers_dir=args.teachers_dir, output_dir=args.output_dir,
@@ -55,6 +64,31 @@ def main(argv: list[str] | None = None) -> int:
     if run.complete:
         print((run.directory / REPORT_MD).read_text(encoding="utf-8"))
         print(f"run directory: {run.directory}")
+    return 0
+
+
+def _compare(args, spec, student_path: str, teacher_spec, teacher_path: str | None) -> int:
+    """``--seeds N``: build the teachers (with a teacher spec), then the paired comparison of the two arms."""
+    from ..distillation import teachers
+    from ..distillation.comparison import COMPARISON_MD, run_comparison
+    from ..tasks.data import resolve_data_dir
+
+    data_dir = resolve_data_dir(args.data_dir)
+    teachers_dir = args.teachers_dir
+    try:
+        if teacher_spec is not None:
+            teachers_dir = str(teachers.build(teacher_spec, teacher_path, data_dir, args.from_run, args.teachers_dir,
+                                              lightning_settings(args), args.retrain_changed))
+        run_comparison(spec, student_path, seeds=args.seeds, data_dir=data_dir, teachers_dir=teachers_dir,
+                       from_run=args.from_run, output_dir=args.output_dir, lightning=lightning_settings(args),
+                       resamples=args.bootstrap_resamples)
+    except (Interrupted, KeyboardInterrupt) as err:
+        print(f"interrupted: {err}; rerun the same command to resume (complete runs are kept)", file=sys.stderr)
+        return getattr(err, "exit_code", 130)
+    out = args.output_dir or f"{spec.output_dir}-paired"
+    from pathlib import Path
+
+    print((Path(out) / COMPARISON_MD).read_text(encoding="utf-8"))
     return 0
 
 

@@ -139,3 +139,83 @@ def render_markdown(result: dict, teachers: dict | None = None, title: str = "Pa
     avg = (teachers or {}).get("average")
     lines.append(row("**average**", "", result["average"], (avg["mean"], avg["ensemble"]) if avg else None))
     return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------------------------- the runs
+
+COMPARISON_JSON, COMPARISON_MD = "comparison.json", "comparison.md"
+
+
+def arm_spec(spec, arm: str, seed: int):
+    """The student spec of one (arm, seed): the spec's alpha for the distilled arm, 0 for the gold-only one, and
+    ``seed`` for the run (initialisation of new heads, dropout masks, schedule and data order)."""
+    alpha = spec.alpha if arm == DISTILLED else 0.0
+    return spec.model_copy(update={"alpha": alpha, "train": spec.train.model_copy(update={"seed": seed})})
+
+
+def run_comparison(spec, spec_path: str, *, seeds: int, data_dir, teachers_dir: str | None = None,
+                   from_run: str | None = None, output_dir: str | None = None, lightning: dict | None = None,
+                   resamples: int = BOOTSTRAP_RESAMPLES, device: str = "cpu") -> dict:
+    """Train both arms for ``seeds`` seeds (the spec's ``train.seed``, +1, ...), then analyse them.
+
+    Runs go to ``<output_dir>/seed-<s>/<arm>/`` (default ``output_dir``: the spec's, plus ``-paired``); a complete
+    run is reused, so an interrupted comparison resumes. ``comparison.json`` and ``comparison.md`` are written
+    last, atomically.
+
+    Raises:
+        ConfigError: fewer than 2 seeds, or a spec without ``distill`` tasks (nothing to compare).
+        (and what :func:`mtdnn.distillation.student.distill` raises)
+    """
+    from pathlib import Path
+
+    from ..errors import ConfigError
+    from ..fileio import write_atomic, write_json_atomic
+    from ..tasks.data import load_split
+    from ..training.runs import read_metrics
+    from . import student, teachers
+    from .soft_targets import member_outputs
+
+    if seeds < 2:
+        raise ConfigError(f"--seeds: a paired comparison needs at least 2 seeds (got {seeds})")
+    if not spec.distill:
+        raise ConfigError(f"{spec_path}: field 'distill': no task to distil, so nothing to compare")
+    out_dir = Path(output_dir or f"{spec.output_dir}-paired")
+    seed_list = [spec.train.seed + i for i in range(seeds)]
+    tasks = student.student_tasks(spec, spec_path)
+    teacher_dir = Path(teachers_dir or spec.teachers)
+    predictions: dict[str, dict[int, dict]] = {DISTILLED: {}, GOLD_ONLY: {}}
+    logged: dict[str, dict[int, dict]] = {DISTILLED: {}, GOLD_ONLY: {}}
+    gold, metrics = {}, {}
+    for name in spec.distill:
+        raw = load_split(tasks[name], "dev", Path(data_dir))
+        gold[name] = {ex.id: ex.label for ex in raw.examples}
+        metrics[name] = tasks[name].metric_names[0]
+    for seed in seed_list:
+        for arm in (DISTILLED, GOLD_ONLY):
+            run_dir = out_dir / f"seed-{seed}" / arm
+            if read_metrics(run_dir) is None:
+                student.distill(arm_spec(spec, arm, seed), spec_path, data_dir=Path(data_dir), from_run=from_run,
+                                teachers_dir=str(teacher_dir), output_dir=str(run_dir), lightning=lightning,
+                                overwrite=False)
+            best = read_metrics(run_dir)["best"]["tasks"]
+            predictions[arm][seed], logged[arm][seed] = {}, {}
+            for name in spec.distill:
+                ids, outputs = member_outputs(run_dir / "export", name, "dev", Path(data_dir),
+                                              spec.train.eval_batch_size, spec.train.max_length, device)
+                order = {i: j for j, i in enumerate(ids)}
+                rows = [order[i] for i in gold[name]]
+                predictions[arm][seed][name] = predictions_of(tasks[name].type, outputs[rows])
+                logged[arm][seed][name] = best[name][metrics[name]]
+    gold_arrays = {n: np.asarray(list(g.values())) for n, g in gold.items()}
+    result = analyse(predictions, gold_arrays, metrics, resamples=resamples)
+    result["logged"] = {arm: {str(s): v for s, v in per.items()} for arm, per in logged.items()}
+    result["spec"], result["alpha"], result["teachers"] = str(spec_path), spec.alpha, str(teacher_dir)
+    report = teachers.summarize(teacher_dir, {n: tasks[n] for n in spec.distill}, Path(data_dir))
+    result["members_mean"] = {n: t["mean"] for n, t in report["tasks"].items()}
+    result["ensemble"] = {n: t["ensemble"]["score"] for n, t in report["tasks"].items()}
+    result["members_mean"]["average"], result["ensemble"]["average"] = report["average"]["mean"], report["average"]["ensemble"]
+    write_json_atomic(out_dir / COMPARISON_JSON, result)
+    write_atomic(out_dir / COMPARISON_MD, render_markdown(
+        result, report, f"Paired comparison: distilled (alpha = {spec.alpha:g}, T = {spec.temperature:g}) against "
+                        f"gold-only (alpha = 0), {spec_path}"))
+    return result
