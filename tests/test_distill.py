@@ -448,7 +448,7 @@ def test_bad_student_input_exits_2_with_nothing_written(world, capsys, change, n
 
 @pytest.mark.parametrize("change, message", [
     ({"members": 3}, "field 'vary.seed': lists 2 values for 3 members"),
-    ({"vary": {"seed": [1, 1]}}, "field 'vary': members 1 and 2 have the same seed and dropout"),
+    ({"vary": {"seed": [1, 1]}}, "field 'vary': members 1 and 2 have the same settings"),
     ({"vary": {"seed": [1, 2], "dropout": [0.1, 1.5]}}, "field 'vary.dropout': a dropout must be in [0, 1)"),
     ({"finetune": {"lr": "fast"}}, "field 'finetune.lr': Input should be a valid number (value: 'fast')"),
     ({"tasks": ["rte", "nosuch"]}, "field 'tasks': no task named nosuch"),
