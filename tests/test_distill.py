@@ -551,7 +551,7 @@ def test_member_settings_vary_and_must_differ():
     with pytest.raises(ValidationError, match="same settings"):
         TeacherSpec.model_validate({"task_defs": GLUE, "output_dir": "x", "tasks": ["rte"], "members": 2,
                                     "vary": {"seed": [1, 1]}})
-    with pytest.raises(ValidationError, match="finite number > 0"):
+    with pytest.raises(ValidationError, match="finite number"):
         TeacherSpec.model_validate({"task_defs": GLUE, "output_dir": "x", "tasks": ["rte"], "members": 1,
                                     "vary": {"lr": ["inf"]}})
     with pytest.raises(ValidationError, match="greater than or equal to 2"):
