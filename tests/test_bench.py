@@ -4,6 +4,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 
 
@@ -41,3 +43,37 @@ def test_tiny_benchmark_runs_on_the_cpu(tmp_path, data_dir, monkeypatch):
     job = results["minilm-main"]
     assert job["exit_code"] == 0 and 0 <= job["best"]["average"] <= 1 and job["first_to_last_step_seconds"] > 0
     assert results["matmul_tflops_per_s"] > 0
+
+
+def test_head_arms_task_definitions_and_paired_summary(tmp_path, capsys):
+    sys.path.insert(0, str(BENCH))
+    import head_arms
+
+    from mtdnn.tasks.taskdef import parse_tasks
+
+    san, names = head_arms.arm_task_defs("san")
+    tasks = parse_tasks(san, "san arm")
+    assert names == head_arms.TASKS and tasks["rte"].head.type == tasks["mrpc"].head.type == "san"
+    assert tasks["stsb"].head.type is None and tasks["cola"].head.type is None
+    mlm, names = head_arms.arm_task_defs("mlm-span")
+    tasks = parse_tasks(mlm, "mlm arm")
+    assert names[4:] == [f"{t}_mlm" for t in head_arms.TASKS] and tasks["rte_mlm"].masking.strategy == "span"
+    assert tasks["mrpc_mlm"].text == tasks["mrpc"].text
+
+    def run(arm, seed, rte, cola):  # cola's averaged metric is mcc, listed after accuracy in metrics.json
+        best = {"tasks": {"rte": {"accuracy": rte}, "mrpc": {"accuracy": 0.8, "f1": 0.9},
+                          "stsb": {"pearson": 0.85, "spearman": 0.8}, "cola": {"accuracy": 0.7, "mcc": cola}},
+                "average": (rte + 0.8 + 0.85 + cola) / 4}
+        path = tmp_path / arm / f"seed{seed}" / "metrics.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps({"status": "complete", "best": best}))
+
+    for seed, (d, s) in {1: (0.5, 0.6), 2: (0.55, 0.6)}.items():
+        run("default", seed, d, 0.3)
+        run("san", seed, s, 0.2)
+    out = tmp_path / "summary.json"
+    head_arms.main(["summary", "san", "--seeds", "1,2", "--runs-dir", str(tmp_path), "--output", str(out)])
+    table = json.loads(out.read_text())["tasks"]
+    assert table["rte"]["diff"] == pytest.approx([0.1, 0.05])  # san - default, seed for seed
+    assert table["cola"]["default"] == [0.3, 0.3] and table["cola"]["diff_mean_sd"][0] == pytest.approx(-0.1)
+    assert "paired diff" in capsys.readouterr().out
