@@ -357,3 +357,10 @@ def test_a_student_with_other_pieces_is_refused(world, tmp_path, capsys):
     code, err = exit_code(distill.main, [spec, *world["common"]], capsys)
     assert code == 2 and "field 'train.max_length'" in err and "(max_length 32)" in err and "max_length 48" in err, err
     assert not (tmp_path / "refused").exists()
+    # with the teacher spec too, before any teacher is built
+    teacher_doc = yaml.safe_load(Path(world["teacher_spec"]).read_text())
+    teacher_doc["output_dir"] = str(tmp_path / "new-teachers")
+    teacher_spec = write_yaml(tmp_path / "teachers.yaml", teacher_doc)
+    code, err = exit_code(distill.main, [teacher_spec, spec, *world["common"]], capsys)
+    assert code == 2 and "max_length 32 by the student and 48 by the teachers" in err, err
+    assert not (tmp_path / "new-teachers").exists() and not (tmp_path / "refused").exists()

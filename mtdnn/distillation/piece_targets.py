@@ -186,17 +186,34 @@ def check_student(tokenizer, encoder: str, teacher_dir: Path, tasks: list[TaskDe
                                   "pieces: use the teachers' max_length and task definitions")
 
 
-def check_before_build(tokenizer, encoder: str, run: str | Path, tasks: list[TaskDef], where: str) -> None:
+def check_before_build(tokenizer, encoder: str, run: str | Path, tasks: list[TaskDef], where: str,
+                       max_length: int | None = None, teacher_max_length: int | None = None) -> None:
     """With a teacher spec (teachers not built yet): the student's tokenizer is the one the members will have, the
-    multi-task run's (members are fine-tuned from its export). Raises ConfigError as :func:`check_tokenizer`."""
+    multi-task run's (members are fine-tuned from its export), and its max length theirs.
+
+    Args:
+        max_length: the student's ``train.max_length``; teacher_max_length: the teacher spec's
+            ``finetune.max_length`` (None: each task's own).
+
+    Raises:
+        ConfigError: as :func:`check_tokenizer`, or the two max lengths differ for a task (naming both).
+    """
     from ..modeling.model import load_tokenizer
     from ..tasks.data import tokenizer_fingerprint
     from .teachers import multitask_export
 
-    if piece_tasks(tasks):
-        teacher = multitask_export(run, f"{where}: field 'from_run'") / "encoder"
-        check_tokenizer(tokenizer, encoder, {str(teacher): tokenizer_fingerprint(load_tokenizer(str(teacher)))},
-                        f"{where}: field 'init.encoder' (task(s) {', '.join(t.name for t in piece_tasks(tasks))})")
+    if not piece_tasks(tasks):
+        return
+    names = ", ".join(t.name for t in piece_tasks(tasks))
+    teacher = multitask_export(run, f"{where}: field 'from_run'") / "encoder"
+    check_tokenizer(tokenizer, encoder, {str(teacher): tokenizer_fingerprint(load_tokenizer(str(teacher)))},
+                    f"{where}: field 'init.encoder' (task(s) {names})")
+    for task in piece_tasks(tasks):
+        mine, theirs = max_length or task.max_length, teacher_max_length or task.max_length
+        if mine != theirs:
+            raise ConfigError(f"{where}: field 'train.max_length': task '{task.name}' would be cut into pieces of "
+                              f"max_length {mine} by the student and {theirs} by the teachers (finetune.max_length); "
+                              "per-piece soft targets need the same pieces")
 
 
 # ------------------------------------------------------------------------------------------- the teacher report

@@ -478,8 +478,8 @@ def distill(spec: StudentSpec, spec_path: str, teacher_spec: TeacherSpec | None 
         run = from_run or spec.from_run or teacher_spec.from_run
         if run and piece_targets.piece_tasks([tasks[n] for n in spec.distill]):
             source, _ = resolve_init(spec, spec_path, run, teacher_dir)
-            piece_targets.check_before_build(load_tokenizer(source), source, run,
-                                             [tasks[n] for n in spec.distill], spec_path)
+            piece_targets.check_before_build(load_tokenizer(source), source, run, [tasks[n] for n in spec.distill],
+                                             spec_path, spec.train.max_length, teacher_spec.finetune.max_length)
         teacher_dir = teachers.build(teacher_spec, teacher_spec_path or "teacher spec", data_dir, from_run,
                                      teachers_dir, lightning, retrain_changed)
     manifest = read_manifest(teacher_dir) if teacher_dir is not None and spec.distill else None
