@@ -347,6 +347,17 @@ def test_a_student_with_another_tokenizer_is_refused_naming_both(world, tmp_path
     assert not (tmp_path / "new-teachers").exists() and not (tmp_path / "refused").exists()
 
 
+def test_the_paired_comparison_refuses_token_level_tasks_before_training(world, tmp_path, capsys):
+    from mtdnn import distill
+
+    doc = yaml.safe_load(Path(world["student_spec"]).read_text())
+    doc.update(output_dir=str(tmp_path / "paired"))
+    spec = write_yaml(tmp_path / "paired.yaml", doc)
+    code, err = exit_code(distill.main, [world["teacher_spec"], spec, "--seeds", "2", *world["common"]], capsys)
+    assert code == 2 and f"{spec}: field 'distill'" in err and "conll2003 (entity_f1), squad (squad_f1)" in err, err
+    assert not (tmp_path / "paired").exists() and not (tmp_path / "paired-paired").exists()
+
+
 def test_a_student_with_other_pieces_is_refused(world, tmp_path, capsys):
     from mtdnn import distill
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from .paired import BOOTSTRAP_RESAMPLES, paired_bootstrap, resampled_metric, t_interval
+from .paired import BOOTSTRAP_RESAMPLES, RESAMPLED_METRICS, paired_bootstrap, resampled_metric, t_interval
 
 DISTILLED, GOLD_ONLY = "distilled", "gold-only"
 
@@ -153,6 +153,26 @@ def arm_spec(spec, arm: str, seed: int):
     return spec.model_copy(update={"alpha": alpha, "train": spec.train.model_copy(update={"seed": seed})})
 
 
+def check_comparable(spec, spec_path: str) -> None:
+    """Every ``distill`` task's first metric must be one the paired bootstrap resamples example by example
+    (:data:`~mtdnn.distillation.paired.RESAMPLED_METRICS`); checked before any teacher or arm is trained.
+
+    Raises:
+        ConfigError: naming the tasks whose metric is not (entity F1 and SQuAD EM/F1 of the token-level types,
+            which score entities and questions over windows).
+    """
+    from ..errors import ConfigError
+    from .student import student_tasks
+
+    tasks = student_tasks(spec, spec_path)
+    other = [f"{n} ({tasks[n].metric_names[0]})" for n in spec.distill
+             if tasks[n].metric_names[0] not in RESAMPLED_METRICS]
+    if other:
+        raise ConfigError(f"{spec_path}: field 'distill': the paired comparison (--seeds) resamples dev examples with "
+                          f"{', '.join(RESAMPLED_METRICS)}; it cannot score {', '.join(other)}: compare without "
+                          "those tasks (move them to 'gold' or leave them out)")
+
+
 def run_comparison(spec, spec_path: str, *, seeds: int, data_dir, teachers_dir: str | None = None,
                    from_run: str | None = None, output_dir: str | None = None, lightning: dict | None = None,
                    resamples: int = BOOTSTRAP_RESAMPLES, device: str = "cpu") -> dict:
@@ -163,7 +183,8 @@ def run_comparison(spec, spec_path: str, *, seeds: int, data_dir, teachers_dir: 
     last, atomically.
 
     Raises:
-        ConfigError: fewer than 2 seeds, or a spec without ``distill`` tasks (nothing to compare).
+        ConfigError: fewer than 2 seeds, a spec without ``distill`` tasks (nothing to compare), or a task whose
+            metric is not resampled (:func:`check_comparable`).
         (and what :func:`mtdnn.distillation.student.distill` raises)
     """
     from pathlib import Path
@@ -179,6 +200,7 @@ def run_comparison(spec, spec_path: str, *, seeds: int, data_dir, teachers_dir: 
         raise ConfigError(f"--seeds: a paired comparison needs at least 2 seeds (got {seeds})")
     if not spec.distill:
         raise ConfigError(f"{spec_path}: field 'distill': no task to distil, so nothing to compare")
+    check_comparable(spec, spec_path)
     out_dir = Path(output_dir or f"{spec.output_dir}-paired")
     seed_list = [spec.train.seed + i for i in range(seeds)]
     tasks = student.student_tasks(spec, spec_path)
