@@ -1,0 +1,107 @@
+"""bench/token_references.py runs both arms (the toolkit and the Hugging Face reference) end to end on real slices."""
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "bench"
+
+
+def load_bench():
+    sys.path.insert(0, str(BENCH))
+    import token_references
+
+    return token_references
+
+
+def first_sentences(path: Path, n: int) -> str:
+    """The first ``n`` sentences of a CoNLL file, its -DOCSTART- lines kept."""
+    kept, sentences, inside = [], 0, False
+    for line in path.read_text(encoding="utf-8").splitlines():
+        kept.append(line)
+        if line.strip() and not line.startswith("-DOCSTART-"):
+            inside = True
+        elif not line.strip() and inside:
+            sentences, inside = sentences + 1, False
+            if sentences == n:
+                break
+    return "\n".join(kept) + "\n"
+
+
+@pytest.fixture
+def small_data(tmp_path, data_dir):
+    """A data root of 48 CoNLL-2003 train and 24 valid sentences and 2 SQuAD articles (10 paragraphs each), and squad.yaml carving 1."""
+    root = tmp_path / "data"
+    (root / "conll2003").mkdir(parents=True)
+    (root / "conll2003" / "train.txt").write_text(first_sentences(data_dir / "conll2003" / "train.txt", 48))
+    (root / "conll2003" / "valid.txt").write_text(first_sentences(data_dir / "conll2003" / "valid.txt", 24))
+    squad = json.loads((data_dir / "squad" / "dev-v1.1-articles-00-37.json").read_text(encoding="utf-8"))
+    articles = [{**a, "paragraphs": a["paragraphs"][:10]} for a in squad["data"][:2]]
+    (root / "squad").mkdir()
+    (root / "squad" / "dev-v1.1-articles-00-37.json").write_text(json.dumps({"version": "1.1", "data": articles}))
+    defs = (ROOT / "task_defs" / "squad.yaml").read_text(encoding="utf-8")
+    assert "size: 8" in defs
+    (tmp_path / "squad.yaml").write_text(defs.replace("size: 8", "size: 1"))
+    return root, tmp_path / "squad.yaml"
+
+
+@pytest.mark.parametrize("task", ["conll2003", "squad"])
+def test_both_arms_run_end_to_end_and_write_finite_scores(task, small_data, tmp_path, tiny_encoder, capsys):
+    bench = load_bench()
+    root, squad_defs = small_data
+    out = tmp_path / "out"
+    extra = ["--task-defs", str(squad_defs), "--limit-train-examples", "40",
+                                                    "--limit-eval-examples", "32"] if task == "squad" else []
+    code = bench.main(["--task", task, "--data-dir", str(root), "--encoder", tiny_encoder, "--epochs", "1",
+                       "--accelerator", "cpu", "--batch-size", "8", "--output-dir", str(out), *extra])
+    report = json.loads((out / f"token-references-{task}.json").read_text())
+    assert code == 0, report
+    for arm in ("mtdnn", "reference"):
+        result = report[arm]
+        assert math.isfinite(result["f1"]) and 0 <= result["f1"] <= 100 and result["best_epoch"] == 1
+        assert len(result["epochs"]) == 1 and result["train_seconds"] > 0
+        if task == "squad":
+            assert 0 <= result["exact_match"] <= result["f1"] + 1e-9
+        else:
+            assert result["exact_match"] is None
+    assert report["f1_difference"] == pytest.approx(report["mtdnn"]["f1"] - report["reference"]["f1"])
+    assert report["within_target"] == (abs(report["f1_difference"]) <= 1.0)
+    if task == "squad":  # both arms read the same carve: one article for dev, the other for training
+        assert report["same_carve"] is True and len(report["mtdnn"]["carves"]["dev"]) == 1
+        assert report["reference"]["train_rows"] == 40 and 0 < report["reference"]["eval_rows"] <= 32
+    else:
+        assert report["reference"]["train_rows"] == 48 and report["reference"]["eval_rows"] == 24
+    table = capsys.readouterr().out
+    assert f"| {task} | mtdnn |" in table and f"| {task} | reference |" in table
+
+
+def test_the_reference_trains_on_the_toolkit_s_own_pieces_and_windows(small_data, tokenizer):
+    """The reference's run_ner labels and run_qa windows equal the toolkit's tokenization of the same examples."""
+    sys.path.insert(0, str(BENCH))
+    from hf_reference import ReferenceSettings, qa_features, tagging_features
+
+    from mtdnn.tasks.data import load_split
+    from mtdnn.tasks.taskdef import load_task_defs
+    from mtdnn.tasks.token_features import tokenize_qa, tokenize_sentences
+
+    root, squad_defs = small_data
+    conll = load_task_defs(ROOT / "task_defs" / "ner.yaml")["conll2003"]
+    sentences = load_split(conll, "train", root).examples
+    ours, theirs = tokenize_sentences(sentences, tokenizer, 256), tagging_features(sentences, tokenizer, 256)
+    assert theirs["input_ids"] == ours["input_ids"] and theirs["labels"] == ours["piece_labels"]
+    assert any(row.count(-100) > 2 for row in ours["piece_labels"])  # words of several pieces are in there
+
+    squad = load_task_defs(squad_defs)["squad"]
+    questions = load_split(squad, "train", root).examples
+    settings = ReferenceSettings(encoder="unused", epochs=1, lr=5e-5, batch_size=8, eval_batch_size=8,
+                                 warmup_ratio=0.1, weight_decay=0.01, gradient_clip=1.0, max_length=96, seed=0,
+                                 doc_stride=32)
+    ours, theirs = tokenize_qa(questions, tokenizer, 96, 32), qa_features(questions, tokenizer, settings)
+    assert len(ours["input_ids"]) > len(questions)  # contexts longer than a window: several windows each
+    assert theirs["input_ids"] == ours["input_ids"] and theirs["example_id"] == ours["example_id"]
+    assert [list(p) for p in zip(theirs["start_positions"], theirs["end_positions"])] == ours["label"]
+    assert any(s > 0 for s in theirs["start_positions"]) and any(s == 0 for s in theirs["start_positions"])
