@@ -96,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--task", required=True)
     q.add_argument("--task-defs", default=None, help="as for cues")
     q.add_argument("--input", required=True, choices=["hypothesis", "premise", "warrants"])
-    q.add_argument("--seeds", type=task_list, default=["42", "43", "44"], help="comma-separated training seeds")
+    q.add_argument("--seeds", type=task_list, default="42,43,44", help="comma-separated training seeds")
     q.add_argument("--no-full", action="store_true", help="train only the partial-input variant")
     g = q.add_argument_group("recipe (python -m mtdnn.train flags, the same for every run)")
     g.add_argument("--encoder", default="packaged-minilm")
