@@ -91,6 +91,17 @@ def parse_yaml(text: str, source: str, error: type[UserError] = ConfigError) -> 
         raise error(f"{source}: not valid YAML: {err}") from None
 
 
+def yaml_float(value: Any) -> Any:
+    """PyYAML (YAML 1.1) reads ``5e-5`` without a dot as a string; take it as the number it spells (other values
+    unchanged). Used by the pydantic validators of run configurations and specs."""
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
+
+
 def _read_text(path: Path, error: type[UserError], what: str) -> str:
     """The UTF-8 text of ``path``; ``error`` naming the file when it is missing, unreadable or not UTF-8."""
     try:

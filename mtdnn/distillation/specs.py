@@ -8,23 +8,12 @@ the file, the field and the value.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from ..errors import ConfigError
-from ..fileio import read_yaml
+from ..errors import ConfigError, format_validation_error
+from ..fileio import read_yaml, yaml_float
 from ..tasks.taskdef import MAX_LENGTH_RANGE
-
-
-def yaml_float(value: Any) -> Any:
-    """PyYAML (YAML 1.1) reads ``5e-5`` without a dot as a string; take it as the number it spells."""
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return value
-    return value
 
 
 class Spec(BaseModel):
@@ -164,20 +153,6 @@ class TeacherSpec(Spec):
         return list(range(1, self.cross_fit + 1)) if self.cross_fit else [None]
 
 
-def format_spec_error(source: str, err: ValidationError) -> str:
-    """One line per problem: ``FILE: field 'a.b': what is wrong (value: ...)``."""
-    lines = []
-    for e in err.errors():
-        msg = e["msg"].removeprefix("Value error, ")
-        if not e["loc"]:  # a check across fields names its fields itself
-            lines.append(f"{source}: {msg}")
-            continue
-        shown = repr(e.get("input"))
-        lines.append(f"{source}: field '{'.'.join(str(p) for p in e['loc'])}': {msg} "
-                     f"(value: {shown[:200] + '...' if len(shown) > 200 else shown})")
-    return "\n".join(lines)
-
-
 def load_spec(path: str | Path, model: type[Spec], kind: str) -> Spec:
     """Read a YAML spec file and validate it into ``model``.
 
@@ -191,4 +166,4 @@ def load_spec(path: str | Path, model: type[Spec], kind: str) -> Spec:
     try:
         return model.model_validate(raw)
     except ValidationError as err:
-        raise ConfigError(format_spec_error(str(path), err)) from None
+        raise ConfigError(format_validation_error(str(path), err)) from None

@@ -27,12 +27,12 @@ from torch.utils.data import DataLoader
 
 from . import teachers
 from ..errors import ConfigError
-from ..fileio import prepare_output_dir, write_atomic, write_json_atomic, write_yaml_atomic
+from ..fileio import prepare_output_dir, write_atomic, write_json_atomic, write_yaml_atomic, yaml_float
 from ..training.lightning import MultiTaskDataModule, MultiTaskModule
 from ..modeling.losses import DISTILLATION_LOSSES
 from . import piece_targets
 from .soft_targets import align, batch_targets, read_manifest, teacher_outputs
-from .specs import FinetuneSpec, Spec, TeacherSpec, load_spec, yaml_float
+from .specs import FinetuneSpec, Spec, TeacherSpec
 from ..tasks.taskdef import TaskDef, load_task_defs, select_tasks
 from ..training.config import TrainConfig
 from ..training.runs import Run

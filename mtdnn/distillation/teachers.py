@@ -45,7 +45,7 @@ from ..fileio import prepare_output_dir, read_json, write_atomic, write_json_ato
 from .calibration import classification_summary, regression_summary, temperature_scaling
 from .folds import FOLD_SPLIT, fold_task, fold_task_defs, fold_task_defs_path
 from .soft_targets import MANIFEST_FILE, member_dir, read_manifest
-from .specs import TeacherSpec, load_spec
+from .specs import TeacherSpec
 from ..tasks.taskdef import TaskDef, load_task_defs, select_tasks
 from ..training.config import TrainConfig
 

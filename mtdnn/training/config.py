@@ -23,21 +23,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..errors import ConfigError, validate
-from ..fileio import read_yaml
+from ..fileio import read_yaml, yaml_float
 from ..tasks.taskdef import MAX_LENGTH_RANGE
 
 LOGGERS = ("csv", "tensorboard", "wandb", "mlflow")
 RESOLVED_KEY = "resolved"
-
-
-def _number(value: Any) -> Any:
-    """PyYAML (YAML 1.1) reads ``5e-5`` without a dot as a string; take it as the number it spells."""
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return value
-    return value
 
 
 class TrainConfig(BaseModel):
@@ -100,7 +90,7 @@ class TrainConfig(BaseModel):
     @field_validator("lr", "weight_decay", "warmup_ratio", "gradient_clip", "dropout", "temperature", mode="before")
     @classmethod
     def _floats(cls, value):
-        return _number(value)
+        return yaml_float(value)
 
     @model_validator(mode="after")
     def _consistent(self) -> "TrainConfig":
