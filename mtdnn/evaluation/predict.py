@@ -51,15 +51,16 @@ def make_example(task: TaskDef, fields: list[str], example_id: str, line: int) -
     return example
 
 
-def parse_lines(lines: list[str], source: str, task: TaskDef, fmt: str) -> list[Example]:
-    """Examples from raw ``tsv`` or ``jsonl`` lines; ids are 0-based row numbers (or a JSON ``id``).
+def raw_rows(lines: list[str], source: str, task: TaskDef, columns: list[str], fmt: str):
+    """Yield ``(line number, where, id, fields)`` for each non-blank ``tsv`` or ``jsonl`` line: ``fields`` in
+    ``columns`` order (a JSON null as ""), ``id`` the 0-based row number or a JSON ``id``, ``where`` the line's
+    name for error messages.
 
     Raises:
         DataError: naming ``source`` and the 1-based line: a wrong number of fields, invalid JSON, a missing
-            column, or no example at all.
+            column, or no row at all.
     """
-    columns = input_columns(task)
-    examples = []
+    rows = 0
     for number, line in enumerate(lines, start=1):
         line = line.rstrip("\r\n")
         if not line.strip():
@@ -70,7 +71,7 @@ def parse_lines(lines: list[str], source: str, task: TaskDef, fmt: str) -> list[
             if len(fields) != len(columns):
                 raise DataError(f"{where}: expected {len(columns)} tab-separated field(s) ({', '.join(columns)}), "
                                 f"found {len(fields)}")
-            example_id = str(len(examples))
+            row_id = str(rows)
         else:
             try:
                 obj = json.loads(line)
@@ -82,19 +83,29 @@ def parse_lines(lines: list[str], source: str, task: TaskDef, fmt: str) -> list[
             if missing:
                 raise DataError(f"{where}: field '{missing[0]}' is missing (expected keys: {', '.join(columns)})")
             fields = ["" if obj[c] is None else str(obj[c]) for c in columns]
-            example_id = str(obj["id"]) if "id" in obj else str(len(examples))
-        examples.append(make_example(task, fields, example_id, number))
-    if not examples:
-        raise DataError(f"{source}: no examples (the input is empty); expected one per line: "
-                        f"{', '.join(columns)}")
-    return examples
+            row_id = str(obj["id"]) if "id" in obj else str(rows)
+        rows += 1
+        yield number, where, row_id, fields
+    if not rows:
+        raise DataError(f"{source}: no examples (the input is empty); expected one per line: {', '.join(columns)}")
 
 
-def read_input(name: str, fmt: str, task: TaskDef) -> list[Example]:
-    """Examples from a file, or from stdin when ``name`` is ``-`` (see :func:`parse_lines`).
+def parse_lines(lines: list[str], source: str, task: TaskDef, fmt: str) -> list[Example]:
+    """Examples from raw ``tsv`` or ``jsonl`` lines; ids are 0-based row numbers (or a JSON ``id``).
 
     Raises:
-        DataError: the file cannot be read or is not UTF-8, or see :func:`parse_lines`.
+        DataError: see :func:`raw_rows`.
+    """
+    return [make_example(task, fields, row_id, number)
+            for number, _, row_id, fields in raw_rows(lines, source, task, input_columns(task), fmt)]
+
+
+def read_lines(name: str, fmt: str) -> tuple[list[str], str, str]:
+    """The lines of a file, or of stdin when ``name`` is ``-``, with the source's name and the format (``auto``:
+    jsonl for ``*.jsonl`` files or a first line starting with ``{``, else tsv).
+
+    Raises:
+        DataError: the file cannot be read or is not UTF-8.
     """
     source = "<stdin>" if name == "-" else name
     try:
@@ -107,6 +118,16 @@ def read_input(name: str, fmt: str, task: TaskDef) -> list[Example]:
     if fmt == "auto":
         first = next((ln.lstrip() for ln in lines if ln.strip()), "")
         fmt = "jsonl" if name.endswith(".jsonl") or first.startswith("{") else "tsv"
+    return lines, source, fmt
+
+
+def read_input(name: str, fmt: str, task: TaskDef) -> list[Example]:
+    """Examples from a file, or from stdin when ``name`` is ``-`` (see :func:`read_lines`, :func:`parse_lines`).
+
+    Raises:
+        DataError: see :func:`read_lines` and :func:`raw_rows`.
+    """
+    lines, source, fmt = read_lines(name, fmt)
     return parse_lines(lines, source, task, fmt)
 
 

@@ -20,8 +20,6 @@ entities as ``type:start-end`` or the answer text, then ``start`` and ``end`` fo
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import torch
 
@@ -33,6 +31,7 @@ from ..tasks.data import TokenizedSplit
 from ..tasks.squad import QAExample
 from ..tasks.taskdef import TaskDef
 from ..tasks.token_features import pre_tokenize, word_predictions
+from .predict import raw_rows, read_lines
 
 
 def raw_columns(task: TaskDef) -> list[str]:
@@ -41,39 +40,19 @@ def raw_columns(task: TaskDef) -> list[str]:
 
 
 def raw_records(lines: list[str], source: str, task: TaskDef, fmt: str) -> list[dict]:
-    """Raw examples ``{"id", field: text}`` from tsv or jsonl lines (blank lines skipped).
+    """Raw examples ``{"id", field: text}`` from tsv or jsonl lines (blank lines skipped; see
+    :func:`mtdnn.evaluation.predict.raw_rows`).
 
     Raises:
         DataError: naming ``source`` and the 1-based line: a wrong number of fields, invalid JSON, a missing
             key, an empty text or context, or no example at all.
     """
     columns, records = raw_columns(task), []
-    for number, line in enumerate(lines, start=1):
-        line = line.rstrip("\r\n")
-        if not line.strip():
-            continue
-        where = f"{source}: line {number}: task '{task.name}'"
-        if fmt == "tsv":
-            fields = line.split("\t")
-            if len(fields) != len(columns):
-                raise DataError(f"{where}: expected {len(columns)} tab-separated field(s) ({', '.join(columns)}), "
-                                f"found {len(fields)}")
-            record = {"id": str(len(records)), **dict(zip(columns, fields))}
-        else:
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise DataError(f"{where}: not valid JSON ({err.msg})") from None
-            missing = [c for c in columns if not isinstance(obj, dict) or c not in obj]
-            if missing:
-                raise DataError(f"{where}: field '{missing[0]}' is missing (expected keys: {', '.join(columns)})")
-            record = {"id": str(obj.get("id", len(records))), **{c: str(obj[c]) for c in columns}}
-        for c in columns:
-            if not record[c].strip():
-                raise DataError(f"{where}, field '{c}': empty {c}")
-        records.append(record)
-    if not records:
-        raise DataError(f"{source}: no examples (the input is empty); expected one per line: {', '.join(columns)}")
+    for _, where, row_id, fields in raw_rows(lines, source, task, columns, fmt):
+        for column, field in zip(columns, fields):
+            if not field.strip():
+                raise DataError(f"{where}, field '{column}': empty {column}")
+        records.append({"id": row_id, **dict(zip(columns, fields))})
     return records
 
 
@@ -89,18 +68,7 @@ def read_raw(args, task: TaskDef) -> list[dict]:
             raise DataError(f"--text: task '{task.name}' takes {len(columns)} text(s) ({', '.join(columns)}), "
                             f"got {len(args.text)}")
         return raw_records(["\t".join(args.text)], "--text", task, "tsv")
-    source = "<stdin>" if args.input == "-" else args.input
-    try:
-        text = sys.stdin.read() if args.input == "-" else Path(args.input).read_text(encoding="utf-8-sig")
-    except OSError as err:
-        raise DataError(f"{source}: cannot read the input ({err.strerror})") from None
-    except UnicodeDecodeError as err:
-        raise DataError(f"{source}: not UTF-8 text ({err.reason} at byte {err.start})") from None
-    lines = text.splitlines()
-    fmt = args.input_format
-    if fmt == "auto":
-        first = next((ln.lstrip() for ln in lines if ln.strip()), "")
-        fmt = "jsonl" if args.input.endswith(".jsonl") or first.startswith("{") else "tsv"
+    lines, source, fmt = read_lines(args.input, args.input_format)
     return raw_records(lines, source, task, fmt)
 
 
