@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .errors import ConfigError
 from .distillation.specs import TeacherSpec, load_spec
 from .evaluation.model import TrainedModel, load
 from .training.config import TrainConfig, load_config, validate_config
@@ -44,8 +45,11 @@ def fit(config: TrainConfig | dict | str | Path, *, overwrite: bool = False, res
 
     if isinstance(config, dict):
         config = validate_config(config, "fit(config)")
-    elif not isinstance(config, TrainConfig):
+    elif isinstance(config, (str, Path)):
         config = load_config(config)
+    elif not isinstance(config, TrainConfig):
+        raise ConfigError(f"fit(config): expected a TrainConfig, a mapping of its fields or a config file path "
+                          f"(got {type(config).__name__})")
     return fit_config(config, overwrite=overwrite, resume=resume)
 
 

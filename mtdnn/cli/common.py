@@ -84,7 +84,7 @@ def add_trainer_args(parser: argparse.ArgumentParser, defaults: dict | None = No
     g = parser.add_argument_group("Lightning trainer")
     g.add_argument("--accelerator", default=d["accelerator"], help="cpu, gpu, cuda, mps or auto (default: auto)")
     g.add_argument("--devices", type=devices, default=d["devices"],
-                   help="number of devices, a list like 0,1, or auto (default: auto)")
+                   help=f"number of devices, a list like 0,1, or auto (default: {d['devices']})")
     g.add_argument("--strategy", default=d["strategy"],
                    help="auto, ddp (mapped to DDP with find_unused_parameters=True: each step leaves other "
                         "tasks' heads unused), ddp_spawn, ... (default: auto)")

@@ -24,7 +24,8 @@ from ..errors import ConfigError, HelpFormatter, RawHelpFormatter, run_cli
 from ..fileio import prepare_output_dir
 from .common import float_in, max_length_int, positive_int, task_list
 
-REPO_TASK_DEFS = Path(__file__).resolve().parents[2] / "task_defs"
+AS_TRAIN = "as python -m mtdnn.train's flag of that name"
+
 DEFAULT_TASK_DEFS = {"arct": "arct.yaml", "arct_adv": "arct.yaml", "mnli": "nli.yaml"}
 
 
@@ -35,10 +36,12 @@ def _model_args(p: argparse.ArgumentParser, required: bool = True) -> None:
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... or auto")
 
 
-def _common(p: argparse.ArgumentParser) -> None:
+def _common(p: argparse.ArgumentParser, default_output: str = "MODEL/diagnose") -> None:
+    with_model = default_output.startswith("MODEL")
     p.add_argument("--data-dir", default=None,
-                   help="data root (default: the run's, else $MTDNN_DATA_DIR, else ../shared/data)")
-    p.add_argument("--output-dir", default=None, help="where the JSON and PNG go (default: MODEL/diagnose)")
+                   help="data root (default: " + ("the run's, else " if with_model else "")
+                        + "$MTDNN_DATA_DIR, else ../shared/data)")
+    p.add_argument("--output-dir", default=None, help=f"where the JSON and PNG go (default: {default_output})")
 
 
 def _cue_flags(p: argparse.ArgumentParser) -> None:
@@ -46,7 +49,7 @@ def _cue_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--top", type=positive_int, default=10, help="cues per table")
     g.add_argument("--min-applicability", type=positive_int, default=10,
                    help="a cue is ranked only with at least this many applicable examples")
-    g.add_argument("--cue", type=task_list, default=["not", "n't", "no"], help="cues always listed, comma-separated")
+    g.add_argument("--cue", type=task_list, default="not,n't,no", help="cues always listed, comma-separated")
     g.add_argument("--smoothing", type=float_in(0), default=100.0,
                    help="add-s smoothing of PMI (Gururangan et al.: 100)")
     g.add_argument("--negation-as-not", action="store_true", help="count the contraction n't as the cue 'not'")
@@ -56,7 +59,7 @@ def _cue_flags(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m mtdnn.diagnose", description=__doc__.split("\n\n")[0],
-                                formatter_class=RawHelpFormatter, epilog=__doc__.split("\n\n")[1])
+                                formatter_class=RawHelpFormatter, epilog=__doc__.split("\n\n", 1)[1].replace("::", ":"))
     sub = p.add_subparsers(dest="command", required=True)
     fmt = HelpFormatter
 
@@ -89,24 +92,24 @@ def build_parser() -> argparse.ArgumentParser:
                    help="task-definition YAML (default: task_defs/arct.yaml for arct, nli.yaml for mnli, else glue.yaml)")
     c.add_argument("--splits", type=task_list, default=None, help="comma-separated; a+b pools splits (default: train and dev)")
     _cue_flags(c)
-    _common(c)
+    _common(c, "runs/diagnose-cues-TASK")
 
     q = sub.add_parser("partial-input", help="partial-input baselines beside majority class and full input",
                        formatter_class=fmt)
-    q.add_argument("--task", required=True)
+    q.add_argument("--task", required=True, help="the task to train on one input (e.g. mnli, snli, arct)")
     q.add_argument("--task-defs", default=None, help="as for cues")
     q.add_argument("--input", required=True, choices=["hypothesis", "premise", "warrants"])
     q.add_argument("--seeds", type=task_list, default="42,43,44", help="comma-separated training seeds")
     q.add_argument("--no-full", action="store_true", help="train only the partial-input variant")
     g = q.add_argument_group("recipe (python -m mtdnn.train flags, the same for every run)")
-    g.add_argument("--encoder", default="packaged-minilm")
-    g.add_argument("--max-epochs", type=positive_int, default=3)
-    g.add_argument("--batch-size", type=positive_int, default=32)
-    g.add_argument("--lr", type=float_in(0, 1, low_open=True, high_open=False), default=5e-5)
-    g.add_argument("--max-length", type=max_length_int, default=None)
-    g.add_argument("--limit-train-examples", type=positive_int, default=None)
-    g.add_argument("--accelerator", default="auto")
-    _common(q)
+    g.add_argument("--encoder", default="packaged-minilm", help=AS_TRAIN)
+    g.add_argument("--max-epochs", type=positive_int, default=3, help=AS_TRAIN)
+    g.add_argument("--batch-size", type=positive_int, default=32, help=AS_TRAIN)
+    g.add_argument("--lr", type=float_in(0, 1, low_open=True, high_open=False), default=5e-5, help=AS_TRAIN)
+    g.add_argument("--max-length", type=max_length_int, default=None, help=AS_TRAIN)
+    g.add_argument("--limit-train-examples", type=positive_int, default=None, help=AS_TRAIN)
+    g.add_argument("--accelerator", default="auto", help=AS_TRAIN)
+    _common(q, "runs/diagnose-partial-TASK-INPUT")
 
     r = sub.add_parser("report", help="report.md with every applicable table and plot", formatter_class=fmt)
     _model_args(r)
@@ -138,11 +141,10 @@ def _pick_task(loaded, given: str | None, kind: str) -> str:
 
 
 def _task_def(name: str, task_defs: str | None):
-    from ..tasks.taskdef import load_task_defs, select_tasks
+    from ..tasks.taskdef import load_task_defs, select_tasks, shipped_task_defs
 
-    path = Path(task_defs) if task_defs else Path("task_defs") / DEFAULT_TASK_DEFS.get(name, "glue.yaml")
-    if not task_defs and not path.is_file():
-        path = REPO_TASK_DEFS / path.name
+    default = Path("task_defs") / DEFAULT_TASK_DEFS.get(name, "glue.yaml")
+    path = Path(task_defs) if task_defs else shipped_task_defs(default)
     return select_tasks(load_task_defs(path), [name], str(path))[name]
 
 
@@ -228,6 +230,10 @@ def _partial(args) -> int:
         seeds = [int(s) for s in args.seeds]
     except ValueError:
         raise ConfigError(f"--seeds: expected integers, comma-separated (got {','.join(args.seeds)})") from None
+    from ..training.config import SEED_MAX
+
+    if any(not 0 <= s <= SEED_MAX for s in seeds):
+        raise ConfigError(f"--seeds: each seed must be from 0 to {SEED_MAX} (got {','.join(args.seeds)})")
     recipe = Recipe(encoder=args.encoder, max_epochs=args.max_epochs, batch_size=args.batch_size, lr=args.lr,
                     max_length=args.max_length, limit_train_examples=args.limit_train_examples,
                     accelerator=args.accelerator)
@@ -244,12 +250,13 @@ def _partial(args) -> int:
 def _report(args) -> int:
     from ..training.inference import load_model, resolve_device
     from ..evaluation.diagnostics.hans import DEFAULT_HANS, parse_label_map
-    from ..evaluation.diagnostics.report import ReportInputs, write_report
+    from ..evaluation.diagnostics.report import ReportInputs, read_partial_result, write_report
 
     overrides = parse_label_map(args.label_map)
-    for source in args.partial_input:
+    for source in args.partial_input:  # checked before any diagnostic writes a file
         if not source.is_file():
             raise ConfigError(f"--partial-input {source}: no such file")
+        read_partial_result(source)
     loaded = load_model(args.model, args.checkpoint)
     data_dir = loaded.resolve_data_dir(args.data_dir)
     inputs = ReportInputs(data_dir=data_dir, hans_file=Path(args.hans) if args.hans else data_dir / DEFAULT_HANS,

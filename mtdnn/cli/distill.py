@@ -1,4 +1,4 @@
-"""``python -m mtdnn.distill [TEACHERS_SPEC] STUDENT_SPEC``: flags -> :func:`mtdnn.distillation.student.distill`.
+"""``python -m mtdnn.distill [TEACHERS_SPEC] STUDENT_SPEC``: distil teacher ensembles into one multi-task student.
 
 With two specs the teachers are built (or resumed) first; with one, the student spec's ``teachers`` directory must
 hold a finished build (MT-DNN-KD, stage 2b)::

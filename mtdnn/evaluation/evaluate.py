@@ -104,6 +104,9 @@ def evaluate(loaded, names: list[str] | None = None, split: str = "dev", data_di
     root = loaded.resolve_data_dir(None if data_dir is None else str(data_dir))
     splits = evaluation_splits(loaded, names, split, root)
     device = resolve_device(device)
+    if loaded.limit_eval_examples and split == "dev":
+        log.warning("the run was trained with --limit-eval-examples %d: its metrics.json scored that many dev "
+                    "examples per task; this scores the whole split, so the numbers differ", loaded.limit_eval_examples)
     model = loaded.model.to(device)
     pad_id = loaded.tokenizer.pad_token_id or 0
     scores, examples = {}, {}

@@ -361,6 +361,20 @@ def parse_tasks(raw: object, source: str) -> dict[str, TaskDef]:
     return tasks
 
 
+SHIPPED_TASK_DEFS = Path(__file__).resolve().parents[2] / "task_defs"  # the repository's task_defs/
+
+
+def shipped_task_defs(path: str | Path) -> Path:
+    """``path``, or, when it is a default such as ``task_defs/glue.yaml`` that does not exist relative to the
+    current directory, the repository's own file of that name (so a default works from any directory)."""
+    path = Path(path)
+    if not path.is_absolute() and not path.exists() and path.parent == Path("task_defs"):
+        shipped = SHIPPED_TASK_DEFS / path.name
+        if shipped.is_file():
+            return shipped
+    return path
+
+
 def load_task_defs(path: str | Path) -> dict[str, TaskDef]:
     """Read and validate a task-definition YAML file (the toolkit's loader, :func:`mtdnn.fileio.read_yaml`).
 

@@ -17,17 +17,20 @@ the value (:class:`mtdnn.errors.ConfigError`).
 
 from __future__ import annotations
 
+import contextvars
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from ..errors import ConfigError, validate
+from ..errors import ConfigError, format_validation_error, validate
 from ..fileio import read_yaml, yaml_float
 from ..tasks.taskdef import MAX_LENGTH_RANGE
 
 LOGGERS = ("csv", "tensorboard", "wandb", "mlflow")
 RESOLVED_KEY = "resolved"
+_RAW_ERRORS = contextvars.ContextVar("raw_errors", default=False)  # see TrainConfig.__init__
+SEED_MAX = 2**32 - 1  # numpy's seed range, which Lightning's seed_everything uses
 
 
 class TrainConfig(BaseModel):
@@ -37,6 +40,20 @@ class TrainConfig(BaseModel):
     """
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    def __init__(self, **fields: Any) -> None:
+        """``TrainConfig(field=value, ...)``.
+
+        Raises:
+            ConfigError: one line per bad field, as the command line reports it (not pydantic's ValidationError).
+        """
+        if _RAW_ERRORS.get():  # validate_config formats the errors itself, naming its source and flags
+            super().__init__(**fields)
+            return
+        try:
+            super().__init__(**fields)
+        except ValidationError as err:
+            raise ConfigError(format_validation_error("TrainConfig", err)) from None
 
     # what to train
     task_defs: str
@@ -64,8 +81,8 @@ class TrainConfig(BaseModel):
     # task schedule and data
     schedule: Literal["proportional", "temperature", "uniform"] = "proportional"
     temperature: float = Field(default=2.0, gt=0, allow_inf_nan=False)
-    seed: int = 42
-    data_seed: int | None = None
+    seed: int = Field(default=42, ge=0, le=SEED_MAX)
+    data_seed: int | None = Field(default=None, ge=0, le=SEED_MAX)
     limit_train_examples: int | None = Field(default=None, gt=0)
     limit_eval_examples: int | None = Field(default=None, gt=0)
     pad_to_multiple_of: int = Field(default=1, gt=0)
@@ -122,7 +139,11 @@ def validate_config(raw: dict, source: str, flags: bool = False) -> TrainConfig:
     Raises:
         ConfigError: one line per problem, naming the source, the field (or flag) and the value.
     """
-    return validate(TrainConfig, raw, source, flags)
+    token = _RAW_ERRORS.set(True)
+    try:
+        return validate(TrainConfig, raw, source, flags)
+    finally:
+        _RAW_ERRORS.reset(token)
 
 
 def read_config_file(path: str | Path) -> dict:

@@ -50,6 +50,7 @@ class LoadedModel:
     max_length: int | None = None
     pad_to_multiple_of: int = 1
     data_dir: str | None = None
+    limit_eval_examples: int | None = None  # the run's --limit-eval-examples (its dev scores cover that many)
 
     def task(self, name: str) -> TaskDef:
         """The definition of a task the model has a head for.
@@ -77,6 +78,36 @@ def _checkpoint_path(run_dir: Path, checkpoint: str | None, metrics: dict) -> Pa
     return given if given.is_file() or given.is_absolute() else run_dir / given
 
 
+def eval_settings(settings: dict, run_dir: Path) -> dict:
+    """The evaluation settings of a run's ``config.yaml`` (:class:`LoadedModel` fields), each checked.
+
+    Raises:
+        CheckpointError: naming ``config.yaml`` and the field: ``eval_batch_size`` or ``pad_to_multiple_of`` not
+            a positive integer, ``max_length`` not an integer in the tokenizer range, ``data_dir`` not a string.
+    """
+    from ..tasks.taskdef import MAX_LENGTH_RANGE
+
+    where = Path(run_dir) / "config.yaml"
+
+    def integer(field: str, default, low: int, high: int | None = None):
+        value = settings.get(field)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
+            bound = f"from {low} to {high}" if high is not None else f"of at least {low}"
+            raise CheckpointError(f"{where}: field '{field}': expected an integer {bound} (value: {value!r})")
+        return value
+
+    data_dir = settings.get("data_dir")
+    if data_dir is not None and not isinstance(data_dir, str):
+        raise CheckpointError(f"{where}: field 'data_dir': expected a path (value: {data_dir!r})")
+    return {"eval_batch_size": integer("eval_batch_size", DEFAULT_BATCH_SIZE, 1),
+            "max_length": integer("max_length", None, *MAX_LENGTH_RANGE),
+            "pad_to_multiple_of": integer("pad_to_multiple_of", 1, 1),
+            "data_dir": data_dir,
+            "limit_eval_examples": integer("limit_eval_examples", None, 1)}
+
+
 def _load_run(run_dir: Path, checkpoint: str | None) -> LoadedModel:
     metrics = complete_run(run_dir)
     settings, resolved = read_run_config(run_dir)
@@ -85,10 +116,7 @@ def _load_run(run_dir: Path, checkpoint: str | None) -> LoadedModel:
         # a teacher member keeps its export only (its checkpoints are removed to save disk): the same weights
         model, tokenizer, tasks = load_export(run_dir / EXPORT_DIR)
         return LoadedModel(model, tokenizer, tasks, run_dir, str(run_dir / EXPORT_DIR),
-                           eval_batch_size=int(settings.get("eval_batch_size") or DEFAULT_BATCH_SIZE),
-                           max_length=settings.get("max_length"),
-                           pad_to_multiple_of=int(settings.get("pad_to_multiple_of") or 1),
-                           data_dir=settings.get("data_dir"))
+                           **eval_settings(settings, run_dir))
     state = load_checkpoint_file(path)
     hparams, weights = state.get("hyper_parameters"), state.get("state_dict")
     if not isinstance(hparams, dict) or not isinstance(hparams.get("tasks"), dict) or not isinstance(weights, dict):
@@ -105,15 +133,26 @@ def _load_run(run_dir: Path, checkpoint: str | None) -> LoadedModel:
     except RuntimeError as err:
         raise CheckpointError(f"{path}: its weights do not fit the run's model ({err})") from None
     return LoadedModel(model.eval(), load_tokenizer(encoder_name, trust), tasks, run_dir, str(path),
-                       eval_batch_size=int(settings.get("eval_batch_size") or DEFAULT_BATCH_SIZE),
-                       max_length=settings.get("max_length"),
-                       pad_to_multiple_of=int(settings.get("pad_to_multiple_of") or 1),
-                       data_dir=settings.get("data_dir"))
+                       **eval_settings(settings, run_dir))
 
 
 def resolve_device(name: str) -> str:
-    """``auto``: cuda when available, else cpu; any other name (cpu, cuda:1, mps) is returned as is."""
-    return ("cuda" if torch.cuda.is_available() else "cpu") if name == "auto" else name
+    """``auto``: cuda when available, else cpu; any other name (cpu, cuda:1, mps) is checked and returned.
+
+    Raises:
+        ConfigError: naming ``--device``: not a torch device, or a CUDA device this machine does not have.
+    """
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError) as err:
+        raise ConfigError(f"--device {name}: not a device ({err})") from None
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0 or (device.index is not None and device.index >= count):
+            raise ConfigError(f"--device {name}: this machine has {count} CUDA device(s)")
+    return name
 
 
 def load_model(path: str | Path, checkpoint: str | None = None) -> LoadedModel:

@@ -60,7 +60,7 @@ def check_speed_flags(*, buckets: list[int] | None, compile_backend: str | None,
             tasks (``--max-length`` or the task definitions). pad_to_multiple_of: ``--pad-to-multiple-of``.
 
     Raises:
-        ConfigError: naming the flags and values that clash.
+        ConfigError: naming the flags and values that clash, or a ``--compile`` backend torch does not have.
     """
     if buckets:
         if any(b % pad_to_multiple_of for b in buckets):
@@ -70,6 +70,13 @@ def check_speed_flags(*, buckets: list[int] | None, compile_backend: str | None,
             raise ConfigError(f"--length-buckets: batches up to {longest} tokens (the tasks' max length) would be "
                               f"longer than the last of --length-buckets ({buckets[-1]}) and each give the compiled "
                               f"encoder a new shape; end the buckets at {longest} or above")
+    if compile_backend:
+        import torch._dynamo
+
+        backends = torch._dynamo.list_backends(exclude_tags=())
+        if compile_backend not in backends:
+            raise ConfigError(f"--compile {compile_backend}: not a torch.compile backend here "
+                              f"(available: {', '.join(backends)})")
     if cuda_graphs:
         if not compile_backend or compile_backend != "inductor":
             raise ConfigError("--cuda-graphs needs --compile (backend inductor): graphs are recorded by "

@@ -63,6 +63,23 @@ def check_trainer_flags(config: TrainConfig) -> None:
     """
     check_lightning_flags(accelerator=config.accelerator, devices=config.devices, strategy=config.strategy,
                           precision=config.precision, num_nodes=config.num_nodes)
+    check_cpu_processes(config.accelerator, config.devices)
+
+
+def check_cpu_processes(accelerator: str, devices: int | str) -> None:
+    """On the CPU, ``--devices N`` launches N processes: more than the machine's cores is refused (it would only
+    oversubscribe them).
+
+    Raises:
+        ConfigError: naming ``--devices`` and the core count.
+    """
+    import torch
+
+    on_cpu = accelerator == "cpu" or (accelerator == "auto" and not torch.cuda.is_available())
+    cores = os.cpu_count() or 1
+    if on_cpu and isinstance(devices, int) and devices > cores:
+        raise ConfigError(f"--devices {devices}: on the CPU each device is a process, and this machine has {cores} "
+                          f"core(s); use --devices {cores} or fewer")
 
 
 PRECISIONS = ("32-true", "bf16-mixed", "bf16-true", "16-mixed", "16-true", "64-true")

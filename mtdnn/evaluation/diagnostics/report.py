@@ -106,15 +106,25 @@ def _cue_section(loaded, name: str, inputs: ReportInputs, out: Path) -> list[str
     return [format_cue_tables(result), f"Data: [{path.name}]({_link(path, out)})"]
 
 
+def read_partial_result(source: Path) -> dict:
+    """A finished ``diagnose partial-input`` result JSON (``--partial-input``), checked.
+
+    Raises:
+        DataError: unreadable, not JSON, or not such a result (naming the file).
+    """
+    result = read_json(source, DataError, "--partial-input result JSON")
+    if not isinstance(result, dict) or not {"task", "input", "seeds", "recipe"} <= set(result):
+        raise DataError(f"{source}: not a result of python -m mtdnn.diagnose partial-input (--partial-input)")
+    return result
+
+
 def _partial_section(task, inputs: ReportInputs, out: Path) -> list[str]:
     from .partial_input import format_partial_table
 
     name = task.name
     lines = []
     for source in inputs.partial_input:
-        result = read_json(source, DataError, "--partial-input result JSON")
-        if not isinstance(result, dict) or not {"task", "input", "seeds", "recipe"} <= set(result):
-            raise DataError(f"{source}: not a result of python -m mtdnn.diagnose partial-input (--partial-input)")
+        result = read_partial_result(source)
         if result.get("task") != name:
             continue
         target = out / f"diagnose-partial-input-{name}-{result['input']}.json"

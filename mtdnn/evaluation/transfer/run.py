@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ...errors import ConfigError, DataError, Interrupted
 from ...fileio import make_dir, prepare_output_dir, write_atomic, write_json_atomic
-from ...tasks.taskdef import load_task_defs, select_tasks
+from ...tasks.taskdef import load_task_defs, select_tasks, shipped_task_defs
 from .encoders import parse_encoder_list, resolve_encoder_spec
 from .report import CURVE_PNG, RESULTS_JSON, RESULTS_MD, build_report, plot_learning_curve, render_markdown
 from .settings import SETTINGS
@@ -37,7 +37,8 @@ def run_transfer(spec: TransferSpec) -> dict:
 
     # 1. Validate everything that can be wrong before training anything.
     check_lightning_flags(accelerator=spec.accelerator, precision=spec.precision, devices=1)  # one device per run
-    task = select_tasks(load_task_defs(spec.task_defs), [spec.task], spec.task_defs)[spec.task]
+    task_defs = shipped_task_defs(spec.task_defs)
+    task = select_tasks(load_task_defs(task_defs), [spec.task], str(task_defs))[spec.task]
     if task.type != "classification":
         raise ConfigError(f"--task {task.name}: few-shot transfer needs a classification task (stratified subsets, "
                           f"accuracy); '{task.name}' is a {task.type} task")
