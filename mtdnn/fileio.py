@@ -165,17 +165,41 @@ def read_safetensors(path: str | Path) -> dict:
                               f"({type(err).__name__}: {err})") from None
 
 
-def read_checkpoint(path: str | Path) -> dict:
-    """``torch.load(path, map_location="cpu", weights_only=True)``.
+def check_zip_crc(path: Path) -> None:
+    """Check every record of a zip-format checkpoint (``torch.save``'s format) against its CRC-32.
+
+    ``torch.load`` does not verify them, so flipped bytes inside a tensor would load silently as wrong weights.
+    A file that is not a zip (the legacy format) is left to ``torch.load``. About 0.15 s per 100 MB.
 
     Raises:
-        CheckpointError: missing, truncated or not a checkpoint (naming the file).
+        CheckpointError: a record whose bytes do not match its CRC (naming the file and record).
+    """
+    import zipfile
+
+    if not zipfile.is_zipfile(path):
+        return
+    try:
+        with zipfile.ZipFile(path) as archive:
+            bad = archive.testzip()
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError, RuntimeError) as err:
+        raise CheckpointError(f"{path}: cannot read the checkpoint, it is truncated or damaged ({err})") from None
+    if bad is not None:
+        raise CheckpointError(f"{path}: the checkpoint is damaged (record {bad} does not match its CRC-32); "
+                              "retrain or restore it")
+
+
+def read_checkpoint(path: str | Path) -> dict:
+    """``torch.load(path, map_location="cpu", weights_only=True)``, after :func:`check_zip_crc`.
+
+    Raises:
+        CheckpointError: missing, truncated, damaged or not a checkpoint (naming the file).
     """
     import torch
 
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path}: checkpoint not found")
+    check_zip_crc(path)
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # zip and unpickling errors have many types

@@ -116,3 +116,16 @@ def test_transfer_default_task_definitions_are_found_from_any_directory(tmp_path
     code, err = exit_code(transfer.main, ["--task", "nosuchtask", "--encoders", "packaged-minilm", "--sizes", "10"],
                           capsys)
     assert code == 2 and "nosuchtask" in err and "cannot read" not in err, err
+
+
+def test_flipped_bytes_inside_a_checkpoint_are_refused_not_loaded(tiny_run, tmp_path, capsys):
+    copy = tmp_path / "copy"
+    shutil.copytree(tiny_run, copy)
+    ckpt = copy / "checkpoints" / "best.ckpt"
+    data = bytearray(ckpt.read_bytes())
+    middle = len(data) // 2  # inside a tensor's record: torch.load alone would read it as other weights
+    data[middle:middle + 64] = bytes(b ^ 0xFF for b in data[middle:middle + 64])
+    ckpt.write_bytes(bytes(data))
+    code, err = exit_code(evaluate.main, [str(copy), "--output", str(tmp_path / "e.json")], capsys)
+    assert code == 2 and "does not match its CRC-32" in err and str(ckpt) in err, err
+    assert not (tmp_path / "e.json").exists()
