@@ -31,23 +31,24 @@ def no_candidates(task: TaskDef) -> None:
     each candidate is then scored alone), no ``masking``; and only ranking tasks have ``candidates``. Raises
     ValueError."""
     if len(task.text) > 2 or (not task.text and task.type != "ranking"):
-        raise ValueError("'text' needs one column (single sentence) or two (premise, hypothesis)")
+        raise ValueError(f"field 'text': needs one column (single sentence) or two (premise, hypothesis) "
+                         f"(got {task.text})")
     if task.masking is not None:
-        raise ValueError(f"'masking' is only for mlm tasks, not {task.type}")
+        raise ValueError(f"field 'masking': only for mlm tasks, not {task.type}")
     if task.candidates is not None and task.type != "ranking":
-        raise ValueError(f"'candidates' is only for ranking tasks, not {task.type}")
+        raise ValueError(f"field 'candidates': only for ranking tasks, not {task.type}")
 
 
 def check_classification(task: TaskDef) -> None:
     """A classification task needs at least two distinct ``labels``; raises ValueError."""
     no_candidates(task)
     if not task.labels or len(task.labels) < 2:
-        raise ValueError("a classification task needs 'labels' with at least two names")
+        raise ValueError(f"field 'labels': a classification task needs at least two label names (got {task.labels})")
     if len(set(task.labels)) != len(task.labels):
-        raise ValueError(f"'labels' has duplicates: {task.labels}")
+        raise ValueError(f"field 'labels': has duplicates: {task.labels}")
     if task.head.type == "san" and len(task.text) != 2:
-        raise ValueError(f"head type 'san' needs a text pair (text: [premise, hypothesis]); this task has one text "
-                         f"column {task.text}: use the linear head")
+        raise ValueError(f"field 'head.type': head type 'san' needs a text pair (text: [premise, hypothesis]); "
+                         f"this task has one text column {task.text}: use the linear head")
 
 
 def check_regression(task: TaskDef) -> None:
@@ -59,7 +60,7 @@ def check_ranking(task: TaskDef) -> None:
     """A ranking task needs at least two ``candidates`` columns; raises ValueError."""
     no_candidates(task)
     if not task.candidates or len(task.candidates) < 2:
-        raise ValueError("a ranking task needs 'candidates' with at least two columns")
+        raise ValueError(f"field 'candidates': a ranking task needs at least two columns (got {task.candidates})")
 
 
 # ------------------------------------------------------------------------------------------------ parsing

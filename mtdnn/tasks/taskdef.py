@@ -243,30 +243,36 @@ class TaskDef(_Strict):
         kind = self.task_type
         kind.check(self)
         if kind.parse_label is not None and self.label is None:
-            raise ValueError(f"a {self.type} task needs 'label' (the label column)")
+            raise ValueError(f"field 'label': a {self.type} task needs 'label' (the label column)")
         if self.head.type is not None and self.head.type not in kind.heads:
-            raise ValueError(f"head type '{self.head.type}' does not fit a {self.type} task "
+            raise ValueError(f"field 'head.type': head type '{self.head.type}' does not fit a {self.type} task "
                              f"(allowed: {', '.join(kind.heads)})")
         if self.loss is not None and self.loss not in kind.losses:
-            raise ValueError(f"loss '{self.loss}' does not fit a {self.type} task (use {', '.join(kind.losses)})")
+            raise ValueError(f"field 'loss': loss '{self.loss}' does not fit a {self.type} task "
+                             f"(use {', '.join(kind.losses)})")
         for metric in self.metrics or []:
             if metric not in kind.metrics:
-                raise ValueError(
-                    f"metric '{metric}' does not fit a {self.type} task (allowed: {', '.join(sorted(kind.metrics))})")
+                raise ValueError(f"field 'metrics': metric '{metric}' does not fit a {self.type} task "
+                                 f"(allowed: {', '.join(sorted(kind.metrics))})")
         if self.drop_labels and set(self.drop_labels) & set(self.labels or []):
-            raise ValueError(f"'drop_labels' {self.drop_labels} overlaps 'labels' {self.labels}: a value cannot be "
-                             "both a class and a row to drop")
+            raise ValueError(f"field 'drop_labels': {self.drop_labels} overlaps 'labels' {self.labels}: a value "
+                             "cannot be both a class and a row to drop")
         if self.qa is not None and self.type != "span_extraction":
-            raise ValueError(f"'qa' is only for span_extraction tasks, not {self.type}")
+            raise ValueError(f"field 'qa': only for span_extraction tasks, not {self.type}")
         if "f1" in (self.metrics or []) and len(self.labels or []) != 2:
-            raise ValueError("metric 'f1' is the binary F1 of class 1 and needs exactly two labels")
+            raise ValueError("field 'labels': metric 'f1' is the binary F1 of class 1 and needs exactly two labels "
+                             f"(got {self.labels})")
         for split, spec in self.splits.items():
+            where = f"field 'splits.{split}"
             if spec.carve is not None and spec.carve.from_split not in self.splits:
-                raise ValueError(f"split '{split}' carves from unknown split '{spec.carve.from_split}'")
+                raise ValueError(f"{where}.carve': split '{split}' carves from unknown split "
+                                 f"'{spec.carve.from_split}'")
             if spec.folds is not None and spec.folds.from_split not in self.splits:
-                raise ValueError(f"split '{split}' takes folds of unknown split '{spec.folds.from_split}'")
+                raise ValueError(f"{where}.folds': split '{split}' takes folds of unknown split "
+                                 f"'{spec.folds.from_split}'")
             if spec.folds is not None and task_splits_source(self.splits, spec.folds.from_split) == "folds":
-                raise ValueError(f"split '{split}' takes folds of split '{spec.folds.from_split}', itself made of folds")
+                raise ValueError(f"{where}.folds': split '{split}' takes folds of split "
+                                 f"'{spec.folds.from_split}', itself made of folds")
         return self
 
     @property
@@ -322,10 +328,13 @@ class TaskDef(_Strict):
 def _format_error(source: str, task: str | None, err: ValidationError) -> str:
     lines = []
     for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"]) or "(task)"
+        loc = ".".join(str(p) for p in e["loc"])
         value = e.get("input")
         msg = e["msg"].removeprefix("Value error, ")
         where = f"task '{task}': " if task else ""
+        if not loc:  # a check across fields: its message names the fields and values itself
+            lines.append(f"{source}: {where}{msg}")
+            continue
         shown = repr(value) if not isinstance(value, dict) else "{...}"
         if len(shown) > 200:
             shown = shown[:200] + "..."
