@@ -102,6 +102,21 @@ def yaml_float(value: Any) -> Any:
     return value
 
 
+def undecodable_at(path: str | Path, encoding: str) -> str:
+    """Where a file first fails to decode as ``encoding``: ``"line N, byte B of the line"`` (1-based line), for
+    error messages (a decoder's own offset counts from the chunk it was given, not from the file's start)."""
+    import codecs
+
+    decoder = codecs.getincrementaldecoder(encoding)()
+    with open(path, "rb") as handle:
+        for number, line in enumerate(handle, start=1):
+            try:
+                decoder.decode(line)
+            except UnicodeDecodeError as err:
+                return f"line {number}, byte {err.start + 1} of the line"
+    return "the end of the file"
+
+
 def _read_text(path: Path, error: type[UserError], what: str) -> str:
     """The UTF-8 text of ``path``; ``error`` naming the file when it is missing, unreadable or not UTF-8."""
     try:

@@ -129,3 +129,15 @@ def test_flipped_bytes_inside_a_checkpoint_are_refused_not_loaded(tiny_run, tmp_
     code, err = exit_code(evaluate.main, [str(copy), "--output", str(tmp_path / "e.json")], capsys)
     assert code == 2 and "does not match its CRC-32" in err and str(ckpt) in err, err
     assert not (tmp_path / "e.json").exists()
+
+
+def test_a_row_that_is_not_utf8_is_named_by_its_line(tmp_path, data_dir, tiny_encoder, capsys):
+    rte = tmp_path / "data" / "glue" / "RTE"
+    rte.mkdir(parents=True)
+    lines = (data_dir / "glue" / "RTE" / "train.tsv").read_bytes().splitlines(keepends=True)[:50]
+    (rte / "train.tsv").write_bytes(b"".join(lines) + b"9999\tA caf\xe9 sentence.\tAnother.\tentailment\n")
+    (rte / "dev.tsv").write_bytes((data_dir / "glue" / "RTE" / "dev.tsv").read_bytes())
+    code, err = exit_code(train.main, [GLUE, "--tasks", "rte", "--data-dir", str(tmp_path / "data"), "--encoder",
+                                       tiny_encoder, "--output-dir", str(tmp_path / "run")], capsys)
+    assert code == 2 and "train.tsv: not valid utf-8-sig text at line 51, byte 11 of the line" in err, err
+    assert not (tmp_path / "run").exists()

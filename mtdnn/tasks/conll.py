@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import DataError
+from ..fileio import undecodable_at
 
 DOCSTART = "-DOCSTART-"
 
@@ -141,8 +142,8 @@ def read_conll(path: Path, columns: list[str], token_column: str, tag_column: st
                 words.append(word)
             close()
     except UnicodeDecodeError as err:
-        raise DataError(f"{path}: not valid {encoding} text at byte {err.start} (set the split's 'encoding' "
-                        "field)") from None
+        raise DataError(f"{path}: not valid {encoding} text at {undecodable_at(path, encoding)} ({err.reason}; "
+                        "set the split's 'encoding' field)") from None
     if not sentences:
         raise DataError(f"{path}: task '{task}': no sentences (expected one token a line, blank lines between "
                         "sentences)")

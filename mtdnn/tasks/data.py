@@ -28,6 +28,7 @@ from typing import Any, Sequence
 import torch
 
 from ..errors import ConfigError, DataError, UserError
+from ..fileio import undecodable_at
 from .rows import Example
 from .taskdef import SplitSpec, TaskDef
 
@@ -106,8 +107,8 @@ def _read_table(path: Path, spec: SplitSpec) -> tuple[list[str], list[tuple[int,
     try:
         return _read_table_unchecked(path, spec)
     except UnicodeDecodeError as err:
-        raise DataError(f"{path}: not valid {spec.encoding} text at byte {err.start} (set the split's "
-                        "'encoding' field, e.g. encoding: latin-1)") from None
+        raise DataError(f"{path}: not valid {spec.encoding} text at {undecodable_at(path, spec.encoding)} "
+                        f"({err.reason}; set the split's 'encoding' field, e.g. encoding: latin-1)") from None
     except LookupError:
         raise DataError(f"{path}: field 'encoding': unknown encoding {spec.encoding!r}") from None
 
