@@ -141,3 +141,8 @@ def test_a_row_that_is_not_utf8_is_named_by_its_line(tmp_path, data_dir, tiny_en
                                        tiny_encoder, "--output-dir", str(tmp_path / "run")], capsys)
     assert code == 2 and "train.tsv: not valid utf-8-sig text at line 51, byte 11 of the line" in err, err
     assert not (tmp_path / "run").exists()
+
+
+def test_transfer_refuses_a_size_listed_twice(capsys):
+    code, err = exit_code(transfer.main, ["--task", "snli", "--encoders", "packaged-minilm", "--sizes", "10,10"], capsys)
+    assert code == 2 and "a size is listed twice" in err, err

@@ -54,6 +54,8 @@ def size_list(text: str) -> list[int]:
     if not values or bad:
         raise argparse.ArgumentTypeError(f"a size must be a positive number of examples "
                                          f"(got {bad[0] if bad else text!r})")
+    if len(set(values)) != len(values):
+        raise argparse.ArgumentTypeError(f"a size is listed twice (got {text!r}); each size is one set of runs")
     return values
 
 

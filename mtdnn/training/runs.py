@@ -59,8 +59,8 @@ def prepare_run_dir(run_dir: str | Path, overwrite: bool, resume: bool = False) 
     """
     run_dir = Path(run_dir)
     if read_metrics(run_dir) is not None and not overwrite:
-        raise CheckpointError(f"{run_dir}: holds a complete run (metrics.json); pass --overwrite to replace it "
-                              "or choose another --output-dir")
+        raise CheckpointError(f"{run_dir}: holds a complete run (metrics.json); pass --overwrite (mtdnn.fit: "
+                              "overwrite=True) to replace it, or choose another --output-dir (output_dir)")
     prepare_output_dir(run_dir, "--output-dir")
     if run_dir.exists() and (overwrite or not resume):
         try:
