@@ -72,6 +72,18 @@ def devices(text: str) -> int | str:
     return int(text) if text.isdigit() else text
 
 
+def add_inference_args(parser: argparse.ArgumentParser, data_dir_use: str = "") -> None:
+    """The flags of the commands that run a trained model: ``--checkpoint``, ``--data-dir``, ``--batch-size``,
+    ``--device``; ``data_dir_use`` (e.g. "for --split") says what the data root is read for."""
+    parser.add_argument("--checkpoint", default=None,
+                        help="a checkpoint of the run instead of its best (a path, or relative to the run directory)")
+    parser.add_argument("--data-dir", default=None, help=f"data root{' ' + data_dir_use if data_dir_use else ''} "
+                        "(default: the run's, else $MTDNN_DATA_DIR, else ../shared/data)")
+    parser.add_argument("--batch-size", type=positive_int, default=None,
+                        help="examples per batch (default: the run's --eval-batch-size, 64)")
+    parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... or auto (cuda when available)")
+
+
 def add_trainer_args(parser: argparse.ArgumentParser, defaults: dict | None = None) -> None:
     """Lightning Trainer options shared by the training commands (engineering, not research).
 

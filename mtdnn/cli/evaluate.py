@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from ..errors import HelpFormatter, run_cli
-from .common import positive_int, setup_logging, task_list
+from .common import add_inference_args, setup_logging, task_list
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -24,15 +24,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tasks", type=task_list, default=None,
                    help="comma-separated tasks (default: every task of the model that has the split)")
     p.add_argument("--split", default="dev", help="a labelled split of the task definitions")
-    p.add_argument("--checkpoint", default=None,
-                   help="a checkpoint of the run instead of its best (a path, or relative to the run directory)")
-    p.add_argument("--data-dir", default=None,
-                   help="data root (default: the run's, else $MTDNN_DATA_DIR, else ../shared/data)")
     p.add_argument("--output", default=None,
                    help="JSON file to write (default: MODEL/eval-<split>[-<checkpoint>].json)")
-    p.add_argument("--batch-size", type=positive_int, default=None,
-                   help="examples per batch (default: the run's --eval-batch-size, 64)")
-    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... or auto (cuda when available)")
+    add_inference_args(p)
     return p
 
 

@@ -10,7 +10,7 @@ import sys
 
 from ..errors import ConfigError, RawHelpFormatter, run_cli
 from ..evaluation import predict as library
-from .common import positive_int, setup_logging
+from .common import add_inference_args, setup_logging
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,13 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=["tsv", "jsonl", "glue"], default=None,
                    help="output format (default: glue for the test split of a GLUE task, else tsv)")
     p.add_argument("--output", default=None, help="output file or directory (default: stdout)")
-    p.add_argument("--checkpoint", default=None,
-                   help="a checkpoint of the run instead of its best (a path, or relative to the run directory)")
-    p.add_argument("--data-dir", default=None,
-                   help="data root for --split (default: the run's, else $MTDNN_DATA_DIR, else ../shared/data)")
-    p.add_argument("--batch-size", type=positive_int, default=None,
-                   help="examples per batch (default: the run's --eval-batch-size, 64)")
-    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... or auto (cuda when available)")
+    add_inference_args(p, "for --split")
     return p
 
 
