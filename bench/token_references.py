@@ -22,6 +22,14 @@ task's max length (256) and doc_stride (64), seed 42, fp32 (flags change them). 
 smoke runs. For SQuAD the script checks that the toolkit's run carved the same dev articles as the reference
 read (``carves.json``).
 
+Each finished arm is kept in ``<output-dir>/<arm>-result.json`` with what it depends on (task, task definitions,
+data root, settings), and a later call with the same settings reuses it (``--rerun`` trains again). So the arms
+can run as two processes, one core each, or in two sessions, and a last call combines them::
+
+    .venv/bin/python bench/token_references.py --task conll2003 --output-dir /work/runs/token-refs --arms mtdnn &
+    .venv/bin/python bench/token_references.py --task conll2003 --output-dir /work/runs/token-refs --arms reference
+    .venv/bin/python bench/token_references.py --task conll2003 --output-dir /work/runs/token-refs   # combines
+
 Prints a Markdown table (task, arm, F1, EM, best epoch, train seconds: the wall-clock time of the whole fit,
 dev evaluation after each epoch included, the toolkit's tokenization and export too) and writes JSON atomically
 (``--json``, default ``<output-dir>/token-references-<task>.json``): both arms, ``f1_difference`` (mtdnn minus
@@ -31,6 +39,8 @@ reference, F1 points) and ``within_target`` (``|difference| <= 1.0``).
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import hashlib
 import json
 import math
 import platform
@@ -98,6 +108,30 @@ def run_reference(task, data_dir: Path, settings, output_dir: Path) -> dict:
     return tagging_reference(task, train, dev, settings, str(output_dir))
 
 
+def arm_key(task_name: str, defs: Path, data_dir: Path, settings) -> dict:
+    """What an arm's result depends on: the task, the task definitions' bytes, the data root and the settings."""
+    return {"task": task_name, "task_defs_sha256": hashlib.sha256(defs.read_bytes()).hexdigest(),
+            "data_dir": str(data_dir), "settings": dataclasses.asdict(settings)}
+
+
+def run_arm(arm: str, runner, key: dict, out: Path, *, rerun: bool = False) -> dict:
+    """Run one arm, or reuse ``<out>/<arm>-result.json`` when it was written with the same :func:`arm_key`.
+
+    Each finished arm is written there atomically, so the two arms can run as separate calls (two processes, or
+    two sessions) and a last call with both arms combines them without training again. ``rerun`` ignores the file.
+    """
+    cached = out / f"{arm}-result.json"
+    if cached.is_file() and not rerun:
+        stored = json.loads(cached.read_text(encoding="utf-8"))
+        if stored.get("key") == key:
+            print(f"{arm}: reusing {cached} (same task, task definitions, data root and settings; --rerun to train)")
+            return stored["result"]
+        print(f"{arm}: {cached} was written with other settings; training again")
+    result = runner()
+    write_json_file(cached, {"key": key, "result": result})
+    return result
+
+
 def compare(results: dict) -> dict:
     """``f1_difference`` (mtdnn minus reference) and ``within_target``, when both arms ran."""
     if not all(arm in results for arm in ARMS):
@@ -146,6 +180,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-length", type=int, default=None, help="default: the task's (256)")
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--json", default=None, help="default: <output-dir>/token-references-<task>.json")
+    p.add_argument("--rerun", action="store_true",
+                   help="train every chosen arm even when <output-dir>/<arm>-result.json holds its result for the "
+                        "same settings (by default that result is reused, so arms can run as separate calls)")
     return p
 
 
@@ -176,12 +213,14 @@ def main(argv: list[str] | None = None) -> int:
         limit_eval_examples=args.limit_eval_examples,
         **({"doc_stride": qa.doc_stride, "n_best": qa.n_best, "max_answer_length": qa.max_answer_length} if qa else {}))
     out = Path(args.output_dir)
+    key = arm_key(args.task, defs, data_dir, settings)
+    runners = {"mtdnn": lambda: run_mtdnn(task, defs, data_dir, settings, out / "mtdnn"),
+               "reference": lambda: run_reference(task, data_dir, settings, out / "reference")}
     results = {}
     try:
-        if "mtdnn" in arms:
-            results["mtdnn"] = run_mtdnn(task, defs, data_dir, settings, out / "mtdnn")
-        if "reference" in arms:
-            results["reference"] = run_reference(task, data_dir, settings, out / "reference")
+        for arm in ARMS:
+            if arm in arms:
+                results[arm] = run_arm(arm, runners[arm], key, out, rerun=args.rerun)
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

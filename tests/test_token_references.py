@@ -79,6 +79,34 @@ def test_both_arms_run_end_to_end_and_write_finite_scores(task, small_data, tmp_
     assert f"| {task} | mtdnn |" in table and f"| {task} | reference |" in table
 
 
+def test_arms_run_as_separate_calls_and_a_last_call_combines_them(small_data, tmp_path, tiny_encoder, monkeypatch):
+    """Each arm's result is kept with its settings; a later call reuses it only for the same settings."""
+    bench = load_bench()
+    root, _ = small_data
+    out = tmp_path / "out"
+    common = ["--task", "conll2003", "--data-dir", str(root), "--encoder", tiny_encoder, "--epochs", "1",
+              "--accelerator", "cpu", "--batch-size", "8", "--output-dir", str(out)]
+    trained = []
+    monkeypatch.setattr(bench, "run_reference", lambda *a, **k: trained.append("reference") or
+                        {"f1": 12.5, "exact_match": None, "best_epoch": 1, "epochs": [], "train_seconds": 1.0})
+    assert bench.main([*common, "--arms", "mtdnn"]) == 0
+    assert bench.main([*common, "--arms", "reference"]) == 0
+    assert trained == ["reference"] and (out / "mtdnn-result.json").is_file()
+    first = json.loads((out / "mtdnn-result.json").read_text())["result"]
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("an arm with a kept result for the same settings was trained again")
+
+    monkeypatch.setattr(bench, "run_mtdnn", no_training)
+    assert bench.main(common) == 0
+    report = json.loads((out / "token-references-conll2003.json").read_text())
+    assert report["mtdnn"] == first and report["reference"]["f1"] == 12.5 and trained == ["reference"]
+    assert report["f1_difference"] == pytest.approx(first["f1"] - 12.5)
+    with pytest.raises(AssertionError, match="trained again"):  # other settings: the kept result does not apply
+        bench.main([*common, "--lr", "1e-4"])
+    with pytest.raises(AssertionError, match="trained again"):  # --rerun: trains even with the same settings
+        bench.main([*common, "--rerun"])
+
 def test_the_reference_trains_on_the_toolkit_s_own_pieces_and_windows(small_data, tokenizer):
     """The reference's run_ner labels and run_qa windows equal the toolkit's tokenization of the same examples."""
     sys.path.insert(0, str(BENCH))
