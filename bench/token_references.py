@@ -30,6 +30,12 @@ can run as two processes, one core each, or in two sessions, and a last call com
     .venv/bin/python bench/token_references.py --task conll2003 --output-dir /work/runs/token-refs --arms reference
     .venv/bin/python bench/token_references.py --task conll2003 --output-dir /work/runs/token-refs   # combines
 
+Over seeds (``--seed``, one output directory each), ``summary`` gives each arm's mean ± sd and the paired
+difference::
+
+    .venv/bin/python bench/token_references.py summary /work/runs/token-refs/wnut17*/token-references-wnut17.json \
+        --json bench/results/token-references-wnut17-3seeds.json
+
 Prints a Markdown table (task, arm, F1, EM, best epoch, train seconds: the wall-clock time of the whole fit,
 dev evaluation after each epoch included, the toolkit's tokenization and export too) and writes JSON atomically
 (``--json``, default ``<output-dir>/token-references-<task>.json``): both arms, ``f1_difference`` (mtdnn minus
@@ -144,6 +150,55 @@ def compare(results: dict) -> dict:
             "within_target": abs(difference) <= TARGET_F1_GAP, "same_carve": same_carve}
 
 
+def summarize(reports: list[dict]) -> dict:
+    """Mean and sample sd over seeds of each arm's F1 (and EM), and of the paired difference (mtdnn minus
+    reference, same seed), from reports this script wrote with both arms; ``within_target`` on the mean difference.
+
+    Raises:
+        ValueError: the reports are of different tasks or settings other than the seed, lack an arm, or repeat a
+            seed.
+    """
+    import statistics
+
+    def spread(values):
+        return {"mean": statistics.fmean(values), "sd": statistics.stdev(values) if len(values) > 1 else None,
+                "values": values}
+
+    tasks = {r["task"] for r in reports}
+    others = {json.dumps({k: v for k, v in r.get("settings", {}).items() if k != "seed"}, sort_keys=True)
+              for r in reports}
+    seeds = [r.get("seed") for r in reports]
+    if len(tasks) != 1 or len(others) != 1:
+        raise ValueError(f"the reports are of different tasks or settings: {sorted(tasks)}")
+    if None in seeds or len(set(seeds)) != len(seeds):
+        raise ValueError(f"each report needs its own seed (found {seeds})")
+    if not all(arm in r for r in reports for arm in ARMS):
+        raise ValueError("every report needs both arms (run the last call without --arms)")
+    out = {"task": tasks.pop(), "seeds": seeds}
+    for arm in ARMS:
+        out[arm] = {"f1": spread([r[arm]["f1"] for r in reports])}
+        if reports[0][arm]["exact_match"] is not None:
+            out[arm]["exact_match"] = spread([r[arm]["exact_match"] for r in reports])
+    out["f1_difference"] = spread([r["mtdnn"]["f1"] - r["reference"]["f1"] for r in reports])
+    out["target_f1_gap"] = TARGET_F1_GAP
+    out["within_target"] = abs(out["f1_difference"]["mean"]) <= TARGET_F1_GAP
+    return out
+
+
+def summary_table(summary: dict) -> str:
+    """The Markdown table of :func:`summarize` (mean ± sd over seeds, then each seed's value)."""
+    def cell(s):
+        sd = "" if s["sd"] is None else f" ± {s['sd']:.2f}"
+        return f"{s['mean']:.2f}{sd} ({', '.join(f'{v:.2f}' for v in s['values'])})"
+
+    lines = [f"seeds: {', '.join(map(str, summary['seeds']))}", "| task | arm | F1 | EM |", "|---|---|---|---|"]
+    for arm in ARMS:
+        em = summary[arm].get("exact_match")
+        lines.append(f"| {summary['task']} | {arm} | {cell(summary[arm]['f1'])} | {cell(em) if em else '-'} |")
+    lines.append(f"| {summary['task']} | mtdnn - reference | {cell(summary['f1_difference'])} | |")
+    return "\n".join(lines)
+
+
 def table(task: str, results: dict) -> str:
     """The Markdown table printed at the end."""
     def number(x):
@@ -187,6 +242,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv and argv[0] == "summary":
+        return summary_main(argv[1:])
     args = build_parser().parse_args(argv)
     arms = [a for a in args.arms.split(",") if a]
     if not arms or set(arms) - set(ARMS):
@@ -228,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     import transformers
 
     report = {"task": args.task, "task_defs": str(defs), "data_dir": str(data_dir), "encoder": args.encoder,
-              **results, **compare(results),
+              "seed": args.seed, "settings": dataclasses.asdict(settings), **results, **compare(results),
               "versions": {"python": platform.python_version(), "torch": torch.__version__,
                            "transformers": transformers.__version__},
               "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else platform.processor() or "cpu",
@@ -241,6 +300,26 @@ def main(argv: list[str] | None = None) -> int:
                                                                     else "; the arms carved DIFFERENT articles"))
     finite = all(math.isfinite(r["f1"]) for r in results.values())
     return 0 if finite and report.get("same_carve") is not False else 1
+
+
+def summary_main(argv: list[str]) -> int:
+    """``summary REPORT.json ... --json OUT``: the seeds of one task, summarized by :func:`summarize`."""
+    p = argparse.ArgumentParser(prog="token_references.py summary",
+                                description="mean ± sd over seeds of reports written by this script with both arms")
+    p.add_argument("reports", nargs="+", help="token-references-<task>.json of each seed")
+    p.add_argument("--json", required=True, help="where the summary goes (written atomically)")
+    args = p.parse_args(argv)
+    try:
+        summary = summarize([json.loads(Path(r).read_text(encoding="utf-8")) for r in args.reports])
+    except (OSError, ValueError, KeyError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    summary["reports"] = args.reports
+    write_json_file(args.json, summary)
+    print(summary_table(summary))
+    print(f"mean F1 difference (mtdnn - reference): {summary['f1_difference']['mean']:+.2f} points; within "
+          f"{TARGET_F1_GAP} F1: {summary['within_target']}")
+    return 0
 
 
 if __name__ == "__main__":

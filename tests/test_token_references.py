@@ -133,3 +133,34 @@ def test_the_reference_trains_on_the_toolkit_s_own_pieces_and_windows(small_data
     assert theirs["input_ids"] == ours["input_ids"] and theirs["example_id"] == ours["example_id"]
     assert [list(p) for p in zip(theirs["start_positions"], theirs["end_positions"])] == ours["label"]
     assert any(s > 0 for s in theirs["start_positions"]) and any(s == 0 for s in theirs["start_positions"])
+
+
+def test_summary_over_seeds_hand_computed_and_bad_reports_exit_2(tmp_path, capsys):
+    bench = load_bench()
+    settings = {"encoder": "e", "lr": 5e-5}
+
+    def report(seed, mtdnn_f1, reference_f1, task="wnut17", lr=5e-5):
+        return {"task": task, "seed": seed, "settings": {**settings, "lr": lr, "seed": seed},
+                "mtdnn": {"f1": mtdnn_f1, "exact_match": None}, "reference": {"f1": reference_f1, "exact_match": None}}
+
+    paths = []
+    for seed, m, r in [(42, 44.0, 41.0), (43, 40.0, 42.0), (44, 42.0, 40.0)]:
+        paths.append(tmp_path / f"{seed}.json")
+        paths[-1].write_text(json.dumps(report(seed, m, r)))
+    out = tmp_path / "summary.json"
+    assert bench.main(["summary", *map(str, paths), "--json", str(out)]) == 0
+    summary = json.loads(out.read_text())
+    assert summary["seeds"] == [42, 43, 44]
+    assert summary["mtdnn"]["f1"]["mean"] == pytest.approx(42.0) and summary["mtdnn"]["f1"]["sd"] == pytest.approx(2.0)
+    assert summary["reference"]["f1"]["mean"] == pytest.approx(41.0)
+    assert summary["reference"]["f1"]["sd"] == pytest.approx(1.0)
+    assert summary["f1_difference"]["values"] == [3.0, -2.0, 2.0]  # paired by seed
+    assert summary["f1_difference"]["mean"] == pytest.approx(1.0) and summary["within_target"] is True
+    assert "42.00 ± 2.00 (44.00, 40.00, 42.00)" in capsys.readouterr().out
+    for bad in [report(42, 1.0, 1.0), report(45, 1.0, 1.0, task="conll2003"), report(45, 1.0, 1.0, lr=1e-4),
+                {k: v for k, v in report(45, 1.0, 1.0).items() if k != "reference"}]:
+        (tmp_path / "bad.json").write_text(json.dumps(bad))
+        assert bench.main(["summary", str(paths[0]), str(tmp_path / "bad.json"), "--json",
+                           str(tmp_path / "no.json")]) == 2
+        assert not (tmp_path / "no.json").exists()
+    assert "error:" in capsys.readouterr().err
