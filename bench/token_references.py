@@ -30,6 +30,11 @@ can run as two processes, one core each, or in two sessions, and a last call com
     .venv/bin/python bench/token_references.py --task conll2003 --output-dir /work/runs/token-refs --arms reference
     .venv/bin/python bench/token_references.py --task conll2003 --output-dir /work/runs/token-refs   # combines
 
+An ablation of the toolkit's recipe alone (``--no-mtdnn-group-by-length``: random batches as the reference's;
+``--mtdnn-token-loss token_cross_entropy_per_piece``: the batch's mean over labelled pieces as ``run_ner``) trains
+``<output-dir>/mtdnn-<variant>`` and reuses the kept reference arm; its report is
+``token-references-<task>-<variant>.json``.
+
 Over seeds (``--seed``, one output directory each), ``summary`` gives each arm's mean ± sd and the paired
 difference::
 
@@ -67,11 +72,29 @@ TARGET_F1_GAP = 1.0  # issue 18: within 1.0 F1 of the reference
 ARMS = ("mtdnn", "reference")
 
 
-def run_mtdnn(task, defs: Path, data_dir: Path, settings, output_dir: Path) -> dict:
-    """The toolkit's arm: ``mtdnn.fit`` with the shared settings; scores (percent) from ``metrics.json``."""
+def mtdnn_task_defs(defs: Path, task_name: str, token_loss: str | None, output_dir: Path) -> Path:
+    """``defs`` itself, or (``token_loss`` given) a copy under ``output_dir`` whose task ``task_name`` names that
+    loss (``loss:`` of the task definition), for an ablation of the toolkit's arm alone."""
+    if token_loss is None:
+        return defs
+    import yaml
+
+    document = yaml.safe_load(defs.read_text(encoding="utf-8"))
+    document["tasks"][task_name]["loss"] = token_loss
+    path = output_dir.parent / f"task_defs-{output_dir.name}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def run_mtdnn(task, defs: Path, data_dir: Path, settings, output_dir: Path, group_by_length: bool = True,
+              token_loss: str | None = None) -> dict:
+    """The toolkit's arm: ``mtdnn.fit`` with the shared settings; scores (percent) from ``metrics.json``.
+    ``group_by_length`` and ``token_loss`` (a sequence-labelling loss name) change the toolkit's recipe alone."""
     import mtdnn
 
-    config = mtdnn.TrainConfig(
+    defs = mtdnn_task_defs(defs, task.name, token_loss, output_dir)
+    config = mtdnn.TrainConfig(group_by_length=group_by_length,
         task_defs=str(defs), tasks=[task.name], data_dir=str(data_dir), encoder=settings.encoder,
         output_dir=str(output_dir), max_epochs=settings.epochs, batch_size=settings.batch_size,
         eval_batch_size=settings.eval_batch_size, lr=settings.lr, weight_decay=settings.weight_decay,
@@ -120,13 +143,13 @@ def arm_key(task_name: str, defs: Path, data_dir: Path, settings) -> dict:
             "data_dir": str(data_dir), "settings": dataclasses.asdict(settings)}
 
 
-def run_arm(arm: str, runner, key: dict, out: Path, *, rerun: bool = False) -> dict:
+def run_arm(arm: str, runner, key: dict, out: Path, *, rerun: bool = False, name: str | None = None) -> dict:
     """Run one arm, or reuse ``<out>/<arm>-result.json`` when it was written with the same :func:`arm_key`.
 
     Each finished arm is written there atomically, so the two arms can run as separate calls (two processes, or
     two sessions) and a last call with both arms combines them without training again. ``rerun`` ignores the file.
     """
-    cached = out / f"{arm}-result.json"
+    cached = out / f"{name or arm}-result.json"
     if cached.is_file() and not rerun:
         stored = json.loads(cached.read_text(encoding="utf-8"))
         if stored.get("key") == key:
@@ -165,8 +188,8 @@ def summarize(reports: list[dict]) -> dict:
                 "values": values}
 
     tasks = {r["task"] for r in reports}
-    others = {json.dumps({k: v for k, v in r.get("settings", {}).items() if k != "seed"}, sort_keys=True)
-              for r in reports}
+    others = {json.dumps([{k: v for k, v in r.get("settings", {}).items() if k != "seed"}, r.get("mtdnn_options")],
+                         sort_keys=True) for r in reports}
     seeds = [r.get("seed") for r in reports]
     if len(tasks) != 1 or len(others) != 1:
         raise ValueError(f"the reports are of different tasks or settings: {sorted(tasks)}")
@@ -174,7 +197,7 @@ def summarize(reports: list[dict]) -> dict:
         raise ValueError(f"each report needs its own seed (found {seeds})")
     if not all(arm in r for r in reports for arm in ARMS):
         raise ValueError("every report needs both arms (run the last call without --arms)")
-    out = {"task": tasks.pop(), "seeds": seeds}
+    out = {"task": tasks.pop(), "seeds": seeds, "mtdnn_options": reports[0].get("mtdnn_options")}
     for arm in ARMS:
         out[arm] = {"f1": spread([r[arm]["f1"] for r in reports])}
         if reports[0][arm]["exact_match"] is not None:
@@ -235,6 +258,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-length", type=int, default=None, help="default: the task's (256)")
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--json", default=None, help="default: <output-dir>/token-references-<task>.json")
+    p.add_argument("--mtdnn-group-by-length", action=argparse.BooleanOptionalAction, default=True,
+                   help="the toolkit's arm: length-grouped batches (its default) or random ones (the reference's)")
+    p.add_argument("--mtdnn-token-loss", choices=["token_cross_entropy", "token_cross_entropy_per_piece"],
+                   default=None, help="the toolkit's arm on a sequence-labelling task: its loss (default: the task "
+                                      "definition's, token_cross_entropy, a mean per sentence; _per_piece: the "
+                                      "batch's mean over labelled pieces, as run_ner)")
     p.add_argument("--rerun", action="store_true",
                    help="train every chosen arm even when <output-dir>/<arm>-result.json holds its result for the "
                         "same settings (by default that result is reused, so arms can run as separate calls)")
@@ -273,13 +302,19 @@ def main(argv: list[str] | None = None) -> int:
         **({"doc_stride": qa.doc_stride, "n_best": qa.n_best, "max_answer_length": qa.max_answer_length} if qa else {}))
     out = Path(args.output_dir)
     key = arm_key(args.task, defs, data_dir, settings)
-    runners = {"mtdnn": lambda: run_mtdnn(task, defs, data_dir, settings, out / "mtdnn"),
+    options = {"group_by_length": args.mtdnn_group_by_length, "token_loss": args.mtdnn_token_loss}
+    ablation = options != {"group_by_length": True, "token_loss": None}
+    variant = "mtdnn" if not ablation else "mtdnn-" + "-".join(
+        (["random-batches"] if not args.mtdnn_group_by_length else []) + ([args.mtdnn_token_loss] if args.mtdnn_token_loss else []))
+    runners = {"mtdnn": lambda: run_mtdnn(task, defs, data_dir, settings, out / variant, **options),
                "reference": lambda: run_reference(task, data_dir, settings, out / "reference")}
+    keys = {"mtdnn": {**key, "mtdnn_options": options} if ablation else key, "reference": key}
     results = {}
     try:
         for arm in ARMS:
             if arm in arms:
-                results[arm] = run_arm(arm, runners[arm], key, out, rerun=args.rerun)
+                results[arm] = run_arm(arm, runners[arm], keys[arm], out, rerun=args.rerun,
+                                       name=variant if arm == "mtdnn" else None)
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -287,12 +322,14 @@ def main(argv: list[str] | None = None) -> int:
     import transformers
 
     report = {"task": args.task, "task_defs": str(defs), "data_dir": str(data_dir), "encoder": args.encoder,
-              "seed": args.seed, "settings": dataclasses.asdict(settings), **results, **compare(results),
+              "seed": args.seed, "settings": dataclasses.asdict(settings), "mtdnn_options": options,
+              **results, **compare(results),
               "versions": {"python": platform.python_version(), "torch": torch.__version__,
                            "transformers": transformers.__version__},
               "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else platform.processor() or "cpu",
               "date": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-    write_json_file(args.json or out / f"token-references-{args.task}.json", report)
+    suffix = "" if variant == "mtdnn" else variant.removeprefix("mtdnn")
+    write_json_file(args.json or out / f"token-references-{args.task}{suffix}.json", report)
     print(table(args.task, results))
     if "f1_difference" in report:
         print(f"F1 difference (mtdnn - reference): {report['f1_difference']:+.2f} points; within "

@@ -111,3 +111,22 @@ def test_bad_arguments():
         MultiTaskBatchSampler(SIZES, 8, schedule="annealed")
     with pytest.raises(ValueError):
         MultiTaskBatchSampler(SIZES, 0)
+
+
+def test_no_group_by_length_flag_reaches_the_sampler(tmp_path):
+    """--no-group-by-length (TrainConfig.group_by_length) gives random batches, as a Hugging Face Trainer does."""
+    from mtdnn.cli.train import build_parser, config_from_args
+    from mtdnn.training.lightning import MultiTaskDataModule
+    from mtdnn.training.trainer import datamodule_for
+
+    for flags, expected in [([], True), (["--no-group-by-length"], False), (["--group-by-length"], True)]:
+        config = config_from_args(build_parser().parse_args(["task_defs/glue.yaml", "--output-dir", str(tmp_path / "run"), "--data-dir", str(tmp_path),
+                                                             *flags]))
+        assert config.group_by_length is expected
+        assert datamodule_for(config, {}, None, MultiTaskDataModule).group_by_length is expected
+    lengths = list(range(200))
+    sizes = [TaskSize(lengths)]
+    batches = [list(b) for b in MultiTaskBatchSampler(sizes, 10, group_by_length=False)]
+    grouped = [list(b) for b in MultiTaskBatchSampler(sizes, 10)]
+    spread = lambda bs: max(max(lengths[k[1]] for k in b) - min(lengths[k[1]] for k in b) for b in bs)  # noqa: E731
+    assert spread(grouped) < 20 <= spread(batches)

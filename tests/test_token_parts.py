@@ -15,6 +15,7 @@ from mtdnn.modeling.entity_metrics import EntityF1, entities, entity_scores
 from mtdnn.modeling.span_decoding import decode_spans, window_best_spans
 from mtdnn.modeling.squad_metrics import exact_match, f1, normalize_answer, squad_scores
 from mtdnn.modeling.token_heads import (SpanExtractionHead, TokenClassificationHead, span_cross_entropy,
+                                        token_cross_entropy_per_piece,
                                         span_distillation_loss, token_cross_entropy, token_distillation_loss)
 from mtdnn.tasks.conll import check_tag_set, read_conll
 from mtdnn.tasks.squad import carve_articles, parse_squad, read_squad
@@ -348,6 +349,26 @@ def test_token_losses_ignore_unlabelled_pieces_and_weight_zero_rows():
     assert loss.item() == pytest.approx(expected.item(), rel=1e-6)
     loss.backward()
     assert logits.grad[0, 0].abs().sum() == 0 and logits.grad[1].abs().sum() == 0
+
+
+def test_per_piece_token_loss_is_the_batch_mean_over_labelled_pieces():
+    """run_ner's reduction: every labelled piece of the batch weighs the same (not every sentence)."""
+    logits = torch.randn(3, 5, 4, requires_grad=True)
+    labels = torch.tensor([[IGNORE, 1, IGNORE, IGNORE, IGNORE], [IGNORE, 0, 2, 3, 1], [IGNORE, 2, 2, IGNORE, IGNORE]])
+    flat = torch.nn.functional.cross_entropy(logits[:2].reshape(-1, 4), labels[:2].reshape(-1), ignore_index=IGNORE)
+    weight = torch.tensor([1.0, 1.0, 0.0])  # the third row a DDP padding copy
+    loss = token_cross_entropy_per_piece(logits, labels, weight, 2.0)
+    assert loss.item() == pytest.approx(flat.item(), rel=1e-6)
+    per_sentence = token_cross_entropy(logits, labels, weight, 2.0)
+    assert abs(per_sentence.item() - loss.item()) > 1e-4  # 1 piece and 4 pieces: the two reductions differ
+    loss.backward()
+    assert logits.grad[2].abs().sum() == 0 and logits.grad[0, 0].abs().sum() == 0
+    # two accumulated batches (normaliser: both batches' examples): the mean of the two batch means
+    a = token_cross_entropy_per_piece(logits[:1], labels[:1], torch.ones(1), 2.0)
+    b = token_cross_entropy_per_piece(logits[1:2], labels[1:2], torch.ones(1), 2.0)
+    first = torch.nn.functional.cross_entropy(logits[0, [1]], labels[0, [1]])
+    second = torch.nn.functional.cross_entropy(logits[1, 1:], labels[1, 1:])
+    assert (a + b).item() == pytest.approx(((first + second) / 2).item(), rel=1e-6)
 
 
 def test_span_loss_and_distillation_losses():

@@ -164,3 +164,30 @@ def test_summary_over_seeds_hand_computed_and_bad_reports_exit_2(tmp_path, capsy
                            str(tmp_path / "no.json")]) == 2
         assert not (tmp_path / "no.json").exists()
     assert "error:" in capsys.readouterr().err
+
+
+def test_an_ablation_of_the_toolkit_arm_reuses_the_reference(small_data, tmp_path, tiny_encoder, monkeypatch):
+    """--no-mtdnn-group-by-length and --mtdnn-token-loss train a variant of the toolkit's arm beside the kept
+    reference: the run's config says so, the reference is not trained again, the plain report is kept."""
+    import yaml
+
+    bench = load_bench()
+    root, _ = small_data
+    out = tmp_path / "out"
+    common = ["--task", "conll2003", "--data-dir", str(root), "--encoder", tiny_encoder, "--epochs", "1",
+              "--accelerator", "cpu", "--batch-size", "8", "--output-dir", str(out)]
+    trained = []
+    monkeypatch.setattr(bench, "run_reference", lambda *a, **k: trained.append("reference") or
+                        {"f1": 12.5, "exact_match": None, "best_epoch": 1, "epochs": [], "train_seconds": 1.0})
+    assert bench.main([*common, "--arms", "reference"]) == 0
+    assert bench.main([*common, "--no-mtdnn-group-by-length", "--mtdnn-token-loss",
+                       "token_cross_entropy_per_piece"]) == 0
+    assert trained == ["reference"]
+    variant = "mtdnn-random-batches-token_cross_entropy_per_piece"
+    config = yaml.safe_load((out / variant / "config.yaml").read_text())
+    assert config["group_by_length"] is False
+    assert config["resolved"]["tasks"]["conll2003"]["loss"] == "token_cross_entropy_per_piece"
+    report = json.loads((out / f"token-references-conll2003-{variant[len('mtdnn-'):]}.json").read_text())
+    assert report["mtdnn_options"] == {"group_by_length": False, "token_loss": "token_cross_entropy_per_piece"}
+    assert report["reference"]["f1"] == 12.5 and math.isfinite(report["mtdnn"]["f1"])
+    assert not (out / "mtdnn-result.json").exists() and (out / f"{variant}-result.json").is_file()

@@ -82,6 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--temperature", type=positive_float,
                    help="T of temperature sampling, p_t ~ n_t^(1/T) (only with --schedule temperature)"
                         + d("temperature"))
+    g.add_argument("--group-by-length", action=argparse.BooleanOptionalAction,
+                   help="length-grouped batches: each chunk of 50 batches' rows sorted by length, then cut (less "
+                        "padding; the order of batches stays random); --no-group-by-length: random batches, as "
+                        "a Hugging Face Trainer's default" + d("group_by_length"))
     g.add_argument("--seed", type=int, help="seed of initialisation, dropout and (without --data-seed) the "
                    "schedule and data order" + d("seed"))
     g.add_argument("--data-seed", type=int, help="seed of the task schedule and data order alone (default: --seed)")

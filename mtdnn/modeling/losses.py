@@ -12,7 +12,8 @@ import torch
 import torch.nn.functional as F
 
 from .mlm import mlm_cross_entropy
-from .token_heads import span_cross_entropy, span_distillation_loss, token_cross_entropy, token_distillation_loss
+from .token_heads import (span_cross_entropy, span_distillation_loss, token_cross_entropy,
+                          token_cross_entropy_per_piece, token_distillation_loss)
 
 
 def _reduce(per_example: torch.Tensor, weight: torch.Tensor, normalizer: float) -> torch.Tensor:
@@ -50,7 +51,7 @@ def soft_cross_entropy(student_logits: torch.Tensor, soft_targets: torch.Tensor,
 
 LOSSES = {"cross_entropy": cross_entropy, "mse": mse, "ranking_cross_entropy": ranking_cross_entropy,
           "mlm_cross_entropy": mlm_cross_entropy, "token_cross_entropy": token_cross_entropy,
-          "span_cross_entropy": span_cross_entropy}
+          "token_cross_entropy_per_piece": token_cross_entropy_per_piece, "span_cross_entropy": span_cross_entropy}
 
 
 # ----------------------------------------------------------------------------------------------- distillation
@@ -120,7 +121,9 @@ def distillation_mse(student_scores: torch.Tensor, teacher_predictions: torch.Te
 
 DISTILLATION_LOSSES = {"cross_entropy": distillation_cross_entropy, "mse": distillation_mse,
                        "ranking_cross_entropy": distillation_cross_entropy,
-                       "token_cross_entropy": token_distillation_loss, "span_cross_entropy": span_distillation_loss}
+                       "token_cross_entropy": token_distillation_loss, "span_cross_entropy": span_distillation_loss,
+                       # the soft-target loss of a student stays per sentence whichever gold loss its task names
+                       "token_cross_entropy_per_piece": token_distillation_loss}
 """A task's loss name -> its distillation loss: ``(student outputs, teacher_logits, labels, weight, normalizer,
 temperature, alpha, student_tempered=...)``. Teacher outputs per example ``(batch, members, outputs)``, or per piece
 ``(batch, members, seq_len, width)`` for the token-level types (:mod:`mtdnn.modeling.token_heads`)."""

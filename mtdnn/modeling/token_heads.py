@@ -76,6 +76,25 @@ def token_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, weight: torc
     return (per_example * weight).sum() / normalizer
 
 
+def token_cross_entropy_per_piece(logits: torch.Tensor, labels: torch.Tensor, weight: torch.Tensor,
+                                  normalizer: float) -> torch.Tensor:
+    """Sequence labelling with every labelled piece of the batch weighted the same, as Hugging Face's
+    ``*ForTokenClassification`` (``run_ner``) averages: the mean cross-entropy over all labelled pieces of the
+    batch, where :func:`token_cross_entropy` averages per sentence first (short sentences then weigh more per piece).
+
+    In the toolkit's per-example form, example i's loss is its summed piece cross-entropy times ``n / P`` (``n``
+    real examples and ``P`` labelled pieces of real examples in this batch), reduced as every loss here. On one
+    process (``normalizer = n``) that is exactly the batch's piece mean; under DDP each rank scales by its own
+    ``n / P``, so the global mean is exact only when the ranks' pieces per example are equal. ``logits``
+    ``(batch, seq_len, tags)``, ``labels`` ``(batch, seq_len)`` with :data:`IGNORE` on unlabelled pieces.
+    """
+    per_piece = F.cross_entropy(logits.float().transpose(1, 2), labels.clamp(min=0), reduction="none")
+    keep = (labels != IGNORE).float()
+    pieces = (keep.sum(1) * weight).sum().clamp(min=1.0)
+    per_example = (per_piece * keep).sum(1) * (weight.sum() / pieces)
+    return (per_example * weight).sum() / normalizer
+
+
 def span_cross_entropy(logits: torch.Tensor, positions: torch.Tensor, weight: torch.Tensor,
                        normalizer: float) -> torch.Tensor:
     """Span extraction: ``(CE(start logits, start) + CE(end logits, end)) / 2`` per window.

@@ -132,7 +132,7 @@ TASK_TYPES: dict[str, TaskType] = {
         tokenize=mlm.tokenize_packed, collate=mlm.collate_mlm, head_outputs=mlm.no_head_outputs,
         metric_inputs=mlm.masked_targets, decode=mlm.no_decode, soft_targets=None, selected=False),
     "sequence_labelling": TaskType(
-        name="sequence_labelling", heads=("token",), losses=("token_cross_entropy",),
+        name="sequence_labelling", heads=("token",), losses=("token_cross_entropy", "token_cross_entropy_per_piece"),
         metrics=token.TAGGING_METRICS, default_metrics=token.TAGGING_METRICS, check=token.check_sequence_labelling,
         num_outputs=lambda task: len(task.labels), output_width=token.tagging_width, make_examples=token.file_only,
         parse_label=token.parse_tag, tokenize=token.tokenize_tagging, collate=token.collate_tags,

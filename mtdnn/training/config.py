@@ -86,6 +86,7 @@ class TrainConfig(BaseModel):
     limit_train_examples: int | None = Field(default=None, gt=0)
     limit_eval_examples: int | None = Field(default=None, gt=0)
     pad_to_multiple_of: int = Field(default=1, gt=0)
+    group_by_length: bool = True
     # dev evaluation and model selection
     eval_every_n_steps: int | None = Field(default=None, gt=0)
     early_stopping_patience: int | None = Field(default=None, gt=0)

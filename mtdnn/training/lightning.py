@@ -141,7 +141,7 @@ class MultiTaskDataModule(pl.LightningDataModule):
         tokenizer: the encoder's fast tokenizer.
         batch_size: the global train batch (split across DDP ranks).
         eval_batch_size: per-rank dev batch.
-        schedule, temperature, seed: see :class:`~mtdnn.tasks.schedule.MultiTaskBatchSampler`.
+        schedule, temperature, seed, group_by_length: see :class:`~mtdnn.tasks.schedule.MultiTaskBatchSampler`.
         limit_train_examples: keep the first N rows of each task's train split (None: all).
         limit_eval_examples: keep the first N rows of each task's dev split (None: all).
         max_length: overrides every task's ``max_length`` when given.
@@ -156,8 +156,10 @@ class MultiTaskDataModule(pl.LightningDataModule):
                  eval_batch_size: int = 64, schedule: str = "proportional", temperature: float = 1.0,
                  seed: int = 0, limit_train_examples: int | None = None, max_length: int | None = None,
                  pad_to_multiple_of: int = 1, num_workers: int = 0, length_buckets: list[int] | None = None,
-                 limit_eval_examples: int | None = None, accumulate_grad_batches: int = 1):
+                 limit_eval_examples: int | None = None, accumulate_grad_batches: int = 1,
+                 group_by_length: bool = True):
         super().__init__()
+        self.group_by_length = group_by_length
         self.limit_eval_examples = limit_eval_examples
         self.tasks, self.data_dir, self.tokenizer = tasks, data_dir, tokenizer
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
@@ -202,7 +204,7 @@ class MultiTaskDataModule(pl.LightningDataModule):
         rank, world = (self.trainer.global_rank, self.trainer.world_size) if self.trainer else (0, 1)
         sizes = [TaskSize(s.lengths, t.sampling_weight) for s, t in zip(self.train_sets, self.tasks.values())]
         self.train_sampler = MultiTaskBatchSampler(sizes, self.batch_size, self.schedule, self.temperature,
-                                                   self.seed, rank, world,
+                                                   self.seed, rank, world, group_by_length=self.group_by_length,
                                                    accumulate_grad_batches=self.accumulate_grad_batches)
         self._rank, self._world = rank, world
 

@@ -548,7 +548,7 @@ def datamodule_for(config: TrainConfig, tasks: dict[str, TaskDef], tokenizer, cl
                limit_train_examples=config.limit_train_examples, max_length=config.max_length,
                pad_to_multiple_of=config.pad_to_multiple_of, num_workers=config.num_workers,
                limit_eval_examples=config.limit_eval_examples, accumulate_grad_batches=config.accumulate_grad_batches,
-               length_buckets=config.length_buckets, **extra)
+               length_buckets=config.length_buckets, group_by_length=config.group_by_length, **extra)
 
 
 def check_eval_interval(config: TrainConfig, datamodule) -> None:
