@@ -79,8 +79,9 @@ def test_both_arms_run_end_to_end_and_write_finite_scores(task, small_data, tmp_
     assert f"| {task} | mtdnn |" in table and f"| {task} | reference |" in table
 
 
-def test_arms_run_as_separate_calls_and_a_last_call_combines_them(small_data, tmp_path, tiny_encoder, monkeypatch):
-    """Each arm's result is kept with its settings; a later call reuses it only for the same settings."""
+def stubbed_reference(small_data, tmp_path, tiny_encoder, monkeypatch):
+    """The bench module with its reference arm stubbed (F1 12.5; each call recorded in ``trained``), the output
+    directory and the flags of a 1-epoch CoNLL-2003 call: ``(bench, out, flags, trained)``."""
     bench = load_bench()
     root, _ = small_data
     out = tmp_path / "out"
@@ -89,6 +90,12 @@ def test_arms_run_as_separate_calls_and_a_last_call_combines_them(small_data, tm
     trained = []
     monkeypatch.setattr(bench, "run_reference", lambda *a, **k: trained.append("reference") or
                         {"f1": 12.5, "exact_match": None, "best_epoch": 1, "epochs": [], "train_seconds": 1.0})
+    return bench, out, common, trained
+
+
+def test_arms_run_as_separate_calls_and_a_last_call_combines_them(small_data, tmp_path, tiny_encoder, monkeypatch):
+    """Each arm's result is kept with its settings; a later call reuses it only for the same settings."""
+    bench, out, common, trained = stubbed_reference(small_data, tmp_path, tiny_encoder, monkeypatch)
     assert bench.main([*common, "--arms", "mtdnn"]) == 0
     assert bench.main([*common, "--arms", "reference"]) == 0
     assert trained == ["reference"] and (out / "mtdnn-result.json").is_file()
@@ -171,14 +178,7 @@ def test_an_ablation_of_the_toolkit_arm_reuses_the_reference(small_data, tmp_pat
     reference: the run's config says so, the reference is not trained again, the plain report is kept."""
     import yaml
 
-    bench = load_bench()
-    root, _ = small_data
-    out = tmp_path / "out"
-    common = ["--task", "conll2003", "--data-dir", str(root), "--encoder", tiny_encoder, "--epochs", "1",
-              "--accelerator", "cpu", "--batch-size", "8", "--output-dir", str(out)]
-    trained = []
-    monkeypatch.setattr(bench, "run_reference", lambda *a, **k: trained.append("reference") or
-                        {"f1": 12.5, "exact_match": None, "best_epoch": 1, "epochs": [], "train_seconds": 1.0})
+    bench, out, common, trained = stubbed_reference(small_data, tmp_path, tiny_encoder, monkeypatch)
     assert bench.main([*common, "--arms", "reference"]) == 0
     assert bench.main([*common, "--no-mtdnn-group-by-length", "--mtdnn-token-loss",
                        "token_cross_entropy_per_piece"]) == 0
