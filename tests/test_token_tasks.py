@@ -1,8 +1,11 @@
 """Token-level task types in every stage: multi-task training beside a sentence-level task, evaluate (equal to the
 run's metrics.json), export and reload, predict on raw text with character offsets, bad input (exit 2, nothing
-written). DDP evaluation with more ranks than dev windows: tests/test_token_parts.py (2 gloo processes)."""
+written) and DDP evaluation with more ranks than dev windows."""
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,6 +13,7 @@ import pytest
 from mtdnn.errors import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
+BIRDS_SEED = 0  # carve_articles(3, 1, seed=0) == [2]: the one-question article "Birds"
 
 TAGS = "[O, B-PER, I-PER, B-LOC, I-LOC]"
 SENTENCES = [("Peter Blackburn lives in Berlin .", "B-PER I-PER O O B-LOC O"),
@@ -196,3 +200,25 @@ def test_bad_token_task_definitions_are_config_errors(tmp_path):
              "label": "answers", "qa": {"doc_stride": 30}}
     with pytest.raises(ConfigError, match="doc_stride 30 must be below"):
         parse_tasks({"tasks": {"squad": squad}}, "mem")
+
+
+def test_ddp_evaluation_gathers_windows_with_more_ranks_than_dev_windows(tmp_path, tiny_encoder):
+    """2 gloo processes; the dev split (one short article, one question) has a single window: the run finishes
+    (a rank without dev windows once hung the metric sync) and scores as one process does."""
+    from mtdnn import train as trainer
+
+    data = write_data(tmp_path / "data")
+    task_defs = tmp_path / "tasks.yaml"
+    write_task_defs(task_defs, squad_dev_size=1, squad_seed=BIRDS_SEED)
+    common = ("--tasks", "squad", "--dropout", "0")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    ddp = subprocess.run([sys.executable, "-m", "mtdnn.train",
+                          *train_args(task_defs, data, tmp_path / "ddp", tiny_encoder, *common, "--devices", "2",
+                                      "--strategy", "ddp")],
+                         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=420)
+    assert ddp.returncode == 0, ddp.stderr[-3000:]
+    assert cli(trainer, train_args(task_defs, data, tmp_path / "single", tiny_encoder, *common, "--devices", "1")) == 0
+    carves = json.loads((tmp_path / "single" / "carves.json").read_text())["squad"]
+    assert carves["dev"] == ["Birds"]  # one question, one window: rank 1 scores nothing
+    a, b = (json.loads((tmp_path / d / "metrics.json").read_text())["epochs"] for d in ("ddp", "single"))
+    assert a[0]["tasks"]["squad"] == pytest.approx(b[0]["tasks"]["squad"], abs=1e-9)
