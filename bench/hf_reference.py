@@ -173,7 +173,9 @@ def _train(model, tokenizer, train_columns: dict, eval_columns: dict, collator, 
         per_device_train_batch_size=settings.batch_size, per_device_eval_batch_size=settings.eval_batch_size,
         learning_rate=settings.lr, weight_decay=settings.weight_decay, max_grad_norm=settings.gradient_clip,
         lr_scheduler_type="linear", warmup_steps=int(settings.warmup_ratio * total_steps), seed=settings.seed,
-        use_cpu=settings.accelerator == "cpu", eval_strategy="epoch", save_strategy="no", logging_strategy="no",
+        use_cpu=settings.accelerator == "cpu", eval_strategy="epoch", save_strategy="no",
+        # Without tqdm, Trainer prints each log: the loss every twentieth of the run shows progress.
+        logging_strategy="steps", logging_steps=max(1, total_steps // 20),
         report_to="none", disable_tqdm=True, dataloader_num_workers=0)
     trainer = Trainer(model=model, args=args, train_dataset=train, eval_dataset=dev, data_collator=collator,
                       processing_class=tokenizer, compute_metrics=scored)
