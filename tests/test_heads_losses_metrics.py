@@ -93,6 +93,8 @@ def test_classification_metrics_match_sklearn():
     assert scores["accuracy"] == pytest.approx(accuracy_score(labels, preds), abs=1e-6)
     assert scores["f1"] == pytest.approx(f1_score(labels, preds, pos_label=1), abs=1e-6)
     assert scores["mcc"] == pytest.approx(matthews_corrcoef(labels, preds), abs=1e-6)
+    # in the definition's order, the selection metric first (torchmetrics' MetricCollection sorts its keys)
+    assert list(scores) == ["mcc", "accuracy", "f1"]
 
 
 def test_three_class_accuracy_is_micro_averaged():

@@ -91,6 +91,15 @@ def test_squad_reads_examples_and_rejects_bad_offsets_and_empty_context(tmp_path
         parse_squad(squad_doc(start=5), "f.json", "squad")
     with pytest.raises(DataError, match=r"paragraph 0 \(question ids q1\): field 'context': empty context"):
         parse_squad(squad_doc(context="  "), "f.json", "squad")
+    with pytest.raises(DataError, match=r"question id 'q1': field 'answers\[0\].answer_start': -1 is outside the "
+                                        r"context \(\d+ characters\)"):
+        parse_squad(squad_doc(start=-1), "f.json", "squad")
+    with pytest.raises(DataError, match=r"question id 'q1': field 'answers\[0\].text': empty answer text"):
+        parse_squad(squad_doc(text=""), "f.json", "squad")
+    path = tmp_path / "latin1.json"
+    path.write_bytes(b'{"data": [\n  {"title": "caf\xe9"}]}')
+    with pytest.raises(DataError, match="latin1.json: line 2, byte 17 of the line: task 'squad': not valid"):
+        read_squad(path, "squad")
     path = tmp_path / "broken.json"
     path.write_text('{"data": [\n  {"title": }', encoding="utf-8")
     with pytest.raises(DataError, match="line 2: task 'squad': not valid JSON"):
@@ -153,6 +162,22 @@ def test_windows_with_an_answer_across_a_window_edge(tokenizer):
     # consecutive windows share doc_stride context pieces
     ctx = [[p for p, s in zip(columns["input_ids"][w], columns["offset_start"][w]) if s >= 0] for w in range(n)]
     assert ctx[0][-16:] == ctx[1][:16]
+
+
+def test_limits_and_counts_of_a_windowed_split_are_questions(tokenizer):
+    """--limit-*-examples keeps every window of the first N questions; evaluate counts questions, not windows."""
+    from mtdnn.tasks.data import TokenizedSplit
+    from mtdnn.tasks.squad import Answer, QAExample
+
+    long_context = " ".join(f"w{i}" for i in range(120))
+    examples = [QAExample(q, "where is it?", long_context if q != "b" else "w1 w2 w3", [Answer("w1", 0)])
+                for q in ("a", "b", "c")]
+    split = TokenizedSplit.from_columns("squad", "dev", tokenize_qa(examples, tokenizer, max_length=48, doc_stride=16))
+    windows_of_a = split.features["example_id"].count("a")
+    assert windows_of_a > 3 and split.num_examples == 3 and len(split) == 2 * windows_of_a + 1
+    head = split.head(2)
+    assert head.features["example_id"] == ["a"] * windows_of_a + ["b"] and head.num_examples == 2
+    assert split.head(10).num_examples == 3
 
 
 def test_answer_positions_inside_and_outside():

@@ -29,14 +29,14 @@ def conll_text(rows, tag_of=lambda tag: tag) -> str:
     return "\n".join(lines) + "\n"
 
 
-def squad_json(contexts, bad_start=False) -> dict:
+def squad_json(contexts, bad_start=False, unanswered=False) -> dict:
     data = []
     for a, (title, context, qas) in enumerate(contexts):
         questions = []
         for q, (question, answer) in enumerate(qas):
             start = context.find(answer) + (1 if bad_start and a == 0 and q == 0 else 0)
-            questions.append({"id": f"{title}-{q}", "question": question,
-                              "answers": [{"answer_start": start, "text": answer}]})
+            answers = [] if unanswered and a == 1 and q == 1 else [{"answer_start": start, "text": answer}]
+            questions.append({"id": f"{title}-{q}", "question": question, "answers": answers})
         data.append({"title": title, "paragraphs": [{"context": context, "qas": questions}]})
     return {"version": "1.1", "data": data}
 
@@ -56,7 +56,8 @@ def write_data(root: Path, bad: str | None = None) -> Path:
     (root / "ner" / "train.txt").write_text(conll_text(SENTENCES * 3, tag_of), encoding="utf-8")
     (root / "ner" / "dev.txt").write_text(conll_text(SENTENCES), encoding="utf-8")
     articles = [(t, "  " if bad == "context" and t == "Dogs" else c, q) for t, c, q in ARTICLES]
-    (root / "qa" / "squad.json").write_text(json.dumps(squad_json(articles, bad == "answer_start")), encoding="utf-8")
+    (root / "qa" / "squad.json").write_text(json.dumps(squad_json(articles, bad == "answer_start",
+                                                                  bad == "unanswered")), encoding="utf-8")
     rows = ["sentence1\tsentence2\tlabel"] + [f"A {i} cat.\tA cat.\t{'entailment' if i % 2 else 'not_entailment'}"
                                                for i in range(12)]
     (root / "cls" / "train.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
@@ -126,6 +127,7 @@ def test_token_tasks_train_beside_a_sentence_task_and_evaluate_reproduces(traine
     scores = metrics["best"]["tasks"]
     assert set(scores["ner"]) == {"entity_f1", "entity_precision", "entity_recall", "token_accuracy"}
     assert set(scores["squad"]) == {"squad_f1", "exact_match"} and set(scores["cls"]) == {"accuracy"}
+    assert next(iter(scores["squad"])) == "squad_f1" and next(iter(scores["ner"])) == "entity_f1"  # selection first
     assert all(0.0 <= v <= 1.0 for t in scores.values() for v in t.values())
     steps = json.loads((run_dir / "schedule.json").read_text())["batches_per_task"]
     assert set(steps) == {"ner", "squad", "cls"}  # one task per step, all three trained
@@ -171,12 +173,19 @@ def test_export_reloads_and_predicts_raw_text_with_character_offsets(trained, ca
     ("tag", "ner/train.txt: line 7: task 'ner', field 'tag': tag 'B-CITY' is not in the task's tag set"),
     ("answer_start", "question id 'Cats-0': field 'answers[0].answer_start'"),
     ("context", "field 'context': empty context"),
+    # one question without answers in a labelled split (it once made the whole split unlabelled: a KeyError)
+    ("unanswered", "qa/squad.json: task 'squad', split 'train', question id 'Dogs-1': field 'answers': no answer"),
+    # a tag column that is not among the split's columns (it once read every tag as missing: a KeyError)
+    ("label-column", "ner/train.txt: task 'ner', split 'train', field 'label': column 'tag' is not in the split's "
+                     "columns (token, ner)"),
 ])
 def test_bad_token_data_exits_2_naming_the_line_or_id_and_writes_nothing(tmp_path, tiny_encoder, capsys, bad,
                                                                          needle):
     from mtdnn import train as trainer
 
     data, task_defs = write_data(tmp_path / "data", bad), write_task_defs(tmp_path / "tasks.yaml")
+    if bad == "label-column":
+        task_defs.write_text(task_defs.read_text().replace("columns: [token, tag]", "columns: [token, ner]"))
     run_dir = tmp_path / "run"
     assert cli(trainer, train_args(task_defs, data, run_dir, tiny_encoder)) == 2
     [message] = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
@@ -200,6 +209,20 @@ def test_bad_token_task_definitions_are_config_errors(tmp_path):
              "label": "answers", "qa": {"doc_stride": 30}}
     with pytest.raises(ConfigError, match="doc_stride 30 must be below"):
         parse_tasks({"tasks": {"squad": squad}}, "mem")
+    with pytest.raises(ConfigError, match="'text' is not a field of a span_extraction task"):
+        parse_tasks({"tasks": {"squad": {**squad, "qa": {"doc_stride": 8}, "text": ["question", "context"]}}}, "mem")
+
+
+def test_a_max_length_override_too_short_for_the_stride_names_the_flag(tmp_path, tiny_encoder, capsys):
+    from mtdnn import train as trainer
+
+    data, task_defs = write_data(tmp_path / "data"), write_task_defs(tmp_path / "tasks.yaml")
+    run_dir = tmp_path / "run"
+    assert cli(trainer, train_args(task_defs, data, run_dir, tiny_encoder, "--tasks", "squad",
+                                   "--max-length", "12")) == 2
+    assert ("--max-length: max length 12 is too short for task 'squad': its field 'qa.doc_stride' 6 must be below "
+            "max length - 8 = 4") in capsys.readouterr().err
+    assert not run_dir.exists()
 
 
 def test_ddp_evaluation_gathers_windows_with_more_ranks_than_dev_windows(tmp_path, tiny_encoder):

@@ -115,6 +115,6 @@ def evaluate(loaded, names: list[str] | None = None, split: str = "dev", data_di
         metrics = attach_split(build_metrics(task).to(device), tokenized)
         predict_outputs(model, task, tokenized, pad_id, batch_size or loaded.eval_batch_size,
                         loaded.pad_to_multiple_of, metrics=metrics, device=device, progress=f"{name} {split}")
-        scores[name], examples[name] = compute_metrics(metrics), len(tokenized)
+        scores[name], examples[name] = compute_metrics(metrics), tokenized.num_examples
     average = average_score(scores, {n: loaded.tasks[n].metric_names for n in scores})
     return {"split": split, "data_dir": str(root), "tasks": scores, "examples": examples, "average": average}

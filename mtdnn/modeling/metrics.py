@@ -38,9 +38,18 @@ METRICS = {
 object for a task; classes are the task's ``output_width`` (labels, or candidates for ranking)."""
 
 
-def build_metrics(task: TaskDef) -> MetricCollection:
+class TaskMetrics(MetricCollection):
+    """A task's metrics that remember the order of its definition (``MetricCollection`` sorts its keys): the
+    first is the selection metric."""
+
+    def __init__(self, metrics: dict):
+        super().__init__(metrics)
+        self.order = list(metrics)
+
+
+def build_metrics(task: TaskDef) -> TaskMetrics:
     """The task's metrics, in the order listed in its definition (the first is the selection metric)."""
-    return MetricCollection({name: METRICS[name](task) for name in task.metric_names})
+    return TaskMetrics({name: METRICS[name](task) for name in task.metric_names})
 
 
 def attach_split(metrics: MetricCollection, split) -> MetricCollection:
@@ -63,10 +72,14 @@ def update_metrics(metrics: MetricCollection, task_type: str, outputs: torch.Ten
 
 
 def compute_metrics(metrics: MetricCollection) -> dict[str, float]:
-    """``{metric: value}`` as Python floats (NaN where undefined, e.g. Pearson on constant predictions)."""
+    """``{metric: value}`` as Python floats (NaN where undefined, e.g. Pearson on constant predictions), in the
+    collection's order (the task's: its selection metric first)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torchmetrics warns on constant inputs; the NaN is handled by the average
-        return {name: float(value) for name, value in metrics.compute().items()}
+        values = metrics.compute()
+    first = [name for name in getattr(metrics, "order", []) if name in values]
+    order = first + sorted(name for name in values if name not in first)
+    return {name: float(values[name]) for name in order}
 
 
 def average_score(scores: dict[str, dict[str, float]], metric_names: dict[str, list[str]]) -> float:

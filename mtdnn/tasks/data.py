@@ -29,14 +29,13 @@ import torch
 
 from ..errors import ConfigError, DataError, UserError
 from ..fileio import undecodable_at
-from .rows import Example
+from .rows import LABELLED_SPLITS, Example
 from .taskdef import SplitSpec, TaskDef
 
 log = logging.getLogger(__name__)
 
 DATA_DIR_ENV = "MTDNN_DATA_DIR"
 CACHE_DIR_ENV = "MTDNN_CACHE_DIR"
-LABELLED_SPLITS = ("train", "dev")
 
 
 def resolve_data_dir(flag: str | None) -> Path:
@@ -390,7 +389,8 @@ def check_max_length(task: TaskDef, tokenizer, max_length: int | None, source: s
         source: where the value comes from, for the message (``--max-length``, a spec file and field).
 
     Raises:
-        ConfigError: ``max_length`` leaves no room for the special tokens and one token of each text.
+        ConfigError: ``max_length`` leaves no room for the special tokens and one token of each text, or (span
+            extraction) for a window's ``qa.doc_stride`` (see :func:`mtdnn.tasks.token_features.check_window_settings`).
     """
     from ..errors import ConfigError
 
@@ -401,6 +401,10 @@ def check_max_length(task: TaskDef, tokenizer, max_length: int | None, source: s
         raise ConfigError(f"{source}: max length {value} is too short for task '{task.name}': the tokenizer needs "
                           f"at least {needed} tokens to truncate {'a pair' if pair else 'a text'} "
                           f"({needed - (2 if pair else 1)} special tokens and one token of each text)")
+    qa = getattr(task, "qa_spec", None)
+    if task.type == "span_extraction" and qa is not None and qa.doc_stride >= value - 8:
+        raise ConfigError(f"{source}: max length {value} is too short for task '{task.name}': its field "
+                          f"'qa.doc_stride' {qa.doc_stride} must be below max length - 8 = {value - 8}")
 
 
 def tokenizer_fingerprint(tokenizer) -> str:
@@ -460,9 +464,23 @@ class TokenizedSplit(torch.utils.data.Dataset):
             item[name] = column[i]
         return item
 
+    @property
+    def num_examples(self) -> int:
+        """Examples in the split: rows, or for a windowed split (span extraction: rows that share an
+        ``example_id``) its questions."""
+        groups = self.features.get("example_id")
+        return len(self) if groups is None else len(set(groups))
+
     def head(self, n: int) -> "TokenizedSplit":
-        """The first ``n`` rows (``--limit-train-examples``)."""
-        return self.subset(range(min(n, len(self))))
+        """The first ``n`` examples (``--limit-train-examples``, ``--limit-eval-examples``): rows, or for a
+        windowed split every window of its first ``n`` questions, so that no question is scored on part of its
+        windows."""
+        groups = self.features.get("example_id")
+        if groups is None:
+            return self.subset(range(min(n, len(self))))
+        first = list(dict.fromkeys(groups))[:n]
+        kept = set(first)
+        return self.subset([i for i, g in enumerate(groups) if g in kept])
 
     def subset(self, positions: Sequence[int]) -> "TokenizedSplit":
         """The rows at ``positions``, in that order."""

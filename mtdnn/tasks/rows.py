@@ -11,6 +11,9 @@ from typing import Sequence
 
 import torch
 
+LABELLED_SPLITS = ("train", "dev")
+"""Splits that must carry labels: training reads the gold of one, dev scoring that of the other."""
+
 
 @dataclass
 class Example:

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from ..errors import DataError
+from ..fileio import undecodable_at
 
 
 @dataclass
@@ -97,8 +98,13 @@ def parse_squad(document: object, source: str, task: str) -> list[QAExample]:
                     if isinstance(start, bool) or not isinstance(start, int):
                         raise DataError(f"{here}: field 'answers[{n}].answer_start': expected an integer character "
                                         f"offset (value: {start!r})")
-                    if not text or context[start:start + len(text)] != text or start < 0:
-                        found = context[max(start, 0):max(start, 0) + len(text)]
+                    if not text.strip():
+                        raise DataError(f"{here}: field 'answers[{n}].text': empty answer text")
+                    if not 0 <= start < len(context):
+                        raise DataError(f"{here}: field 'answers[{n}].answer_start': {start} is outside the context "
+                                        f"({len(context)} characters)")
+                    if context[start:start + len(text)] != text:
+                        found = context[start:start + len(text)]
                         raise DataError(f"{here}: field 'answers[{n}].answer_start': {start} does not point at the "
                                         f"answer text {text!r} (the context there reads {found!r})")
                     answers.append(Answer(text, start))
@@ -116,8 +122,9 @@ def read_squad(path: Path, task: str, encoding: str = "utf-8-sig") -> list[QAExa
     """
     try:
         document = json.loads(Path(path).read_text(encoding=encoding))
-    except UnicodeDecodeError as err:
-        raise DataError(f"{path}: task '{task}': not valid {encoding} text at byte {err.start}") from None
+    except UnicodeDecodeError:
+        raise DataError(f"{path}: {undecodable_at(path, encoding)}: task '{task}': not valid {encoding} "
+                        "text") from None
     except json.JSONDecodeError as err:
         raise DataError(f"{path}: line {err.lineno}: task '{task}': not valid JSON ({err.msg})") from None
     return parse_squad(document, str(path), task)

@@ -16,7 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..errors import DataError
 from .conll import check_tag_set, read_conll
+from .rows import LABELLED_SPLITS
 from .squad import read_squad
 from .token_batches import collate_spans, collate_tagging
 from .token_features import IGNORE, check_window_settings, tokenize_qa, tokenize_sentences
@@ -52,6 +54,9 @@ def check_span_extraction(task: TaskDef) -> None:
     ValueError."""
     if task.candidates is not None or task.labels is not None:
         raise ValueError("'candidates' and 'labels' are not fields of a span_extraction task")
+    if task.text:
+        raise ValueError("'text' is not a field of a span_extraction task: the question and the context are read "
+                         "from its SQuAD file")
     _check_formats(task, "squad")
     if task.label != "answers":
         raise ValueError(f"a span_extraction task's 'label' is 'answers', the SQuAD field of the gold answers "
@@ -122,13 +127,25 @@ def read_file(task: TaskDef, split: str, path) -> list:
     :class:`~mtdnn.tasks.squad.QAExample` rows.
 
     Raises:
-        DataError: see :func:`mtdnn.tasks.conll.read_conll` and :func:`mtdnn.tasks.squad.read_squad`.
+        DataError: see :func:`mtdnn.tasks.conll.read_conll` and :func:`mtdnn.tasks.squad.read_squad`; also a
+            train or dev split without its gold: a CoNLL split whose ``columns`` lack the task's ``label``
+            column, or a SQuAD question without answers (named by id).
     """
     spec = task.splits[split]
+    needs_gold = split in LABELLED_SPLITS
     if spec.format == "squad":
-        return read_squad(path, task.name, spec.encoding)
-    return read_conll(path, list(spec.columns or []), task.text[0], task.label, list(task.labels or []),
-                      task.name, spec.encoding)
+        examples = read_squad(path, task.name, spec.encoding)
+        unanswered = [ex.id for ex in examples if not ex.answers]
+        if needs_gold and unanswered:
+            raise DataError(f"{path}: task '{task.name}', split '{split}', question id {unanswered[0]!r}: field "
+                            f"'answers': no answer ({len(unanswered)} of {len(examples)} questions have none); "
+                            f"every question of a {split} split needs at least one")
+        return examples
+    columns = list(spec.columns or [])
+    if needs_gold and task.label not in columns:
+        raise DataError(f"{path}: task '{task.name}', split '{split}', field 'label': column {task.label!r} is not "
+                        f"in the split's columns ({', '.join(columns)})")
+    return read_conll(path, columns, task.text[0], task.label, list(task.labels or []), task.name, spec.encoding)
 
 
 def article_lists(tasks: dict, data_dir) -> dict[str, dict[str, list[str]]]:

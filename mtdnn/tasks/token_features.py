@@ -123,7 +123,7 @@ def _cut_questions(questions: list[str], tokenizer, limit: int) -> list[str]:
 def check_window_settings(max_length: int, doc_stride: int, task: str) -> None:
     """Raises DataError unless ``0 <= doc_stride`` and a window holds the stride and a question."""
     if doc_stride < 0 or doc_stride >= max_length - 8:
-        raise DataError(f"task '{task}', field 'doc_stride': {doc_stride} must be at least 0 and below "
+        raise DataError(f"task '{task}', field 'qa.doc_stride': {doc_stride} must be at least 0 and below "
                         f"max_length - 8 = {max_length - 8}")
 
 

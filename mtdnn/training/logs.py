@@ -76,9 +76,14 @@ def run_summary(trainer, datamodule) -> str:
     """What a training run is about to do, printed before its first step: per task the train and dev examples,
     the optimizer steps per epoch and in all, the global batch, the device(s) and the precision."""
     tasks = list(datamodule.tasks)
+
+    def count(split) -> str:  # a windowed split (span extraction) also gives its windows
+        windows = f" in {len(split)} windows" if split.num_examples != len(split) else ""
+        return f"{split.num_examples}{windows}"
+
     lines = ["training " + ", ".join(
-        f"{name} ({len(split)} train" + (f", {len(datamodule.dev_sets[name])} dev" if name in datamodule.dev_sets
-                                          else ", no dev") + ")"
+        f"{name} ({count(split)} train" + (f", {count(datamodule.dev_sets[name])} dev"
+                                           if name in datamodule.dev_sets else ", no dev") + ")"
         for name, split in zip(tasks, datamodule.train_sets))]
     per_epoch = len(datamodule.train_sampler)
     lines.append(f"{per_epoch} optimizer steps per epoch x {trainer.max_epochs} epochs = "
