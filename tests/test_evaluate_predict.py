@@ -169,6 +169,40 @@ def test_text_stdin_and_file_inputs_agree(run_dir, tmp_path, capsys, monkeypatch
     assert isinstance(score["prediction"], float) and "probabilities" not in score
 
 
+def test_text_values_keep_their_tabs_and_tsv_output_quotes_fields(run_dir, tmp_path, capsys):
+    """A tab inside a --text value is text, not a field separator; an id holding a tab, a line break or a quote
+    comes back whole from the tsv output (csv excel-tab quoting)."""
+    pair = ["A man\tis playing a guitar.", "A person plays an instrument."]
+    assert predict.main([str(run_dir), "--task", "rte", "--text", *pair]) == 0
+    assert len(read_tsv(capsys.readouterr().out)) == 1
+    odd_id = 'q\t7\r\n"x"'
+    jsonl = tmp_path / "pairs.jsonl"
+    jsonl.write_text(json.dumps({"id": odd_id, "sentence1": pair[0], "sentence2": pair[1]}) + "\n")
+    out = tmp_path / "out.tsv"
+    assert predict.main([str(run_dir), "--task", "rte", "--input", str(jsonl), "--output", str(out)]) == 0
+    [row] = list(csv.DictReader(io.StringIO(out.read_bytes().decode("utf-8"), newline=""), dialect="excel-tab"))
+    assert row["id"] == odd_id and row["prediction"] in ("entailment", "not_entailment")
+
+
+def test_tsv_lines_quote_tabs_line_breaks_and_quotes_only():
+    from types import SimpleNamespace
+
+    from mtdnn.evaluation.token_predict import format_rows
+
+    fields = ["plain", "a\tb", "c\nd", "e\rf", 'say "hi"', 3, 0.25]
+    line = predict_lib.tsv_line(fields)
+    assert line == 'plain\t"a\tb"\t"c\nd"\t"e\rf"\t"say ""hi"""\t3\t0.25\n'
+    assert next(csv.reader(io.StringIO(line, newline=""), dialect="excel-tab")) == [str(f) for f in fields]
+    assert predict_lib.tsv_line(["id", "prediction"]) == "id\tprediction\n"
+    answer = {"id": "q1", "answer": 'the "old"\tkeeper\nof', "start": 4, "end": 26}
+    text = format_rows(SimpleNamespace(type="span_extraction"), [answer], "tsv")
+    assert list(csv.reader(io.StringIO(text, newline=""), dialect="excel-tab")) == [
+        ["id", "prediction", "start", "end"], ["q1", answer["answer"], "4", "26"]]
+    tagged = {"id": "a\tb", "entities": [{"type": "PER", "start": 0, "end": 6}]}
+    text = format_rows(SimpleNamespace(type="sequence_labelling"), [tagged], "tsv")
+    assert text == 'id\tprediction\n"a\tb"\tPER:0-6\n'
+
+
 def test_a_copied_export_predicts_the_same_in_a_fresh_process(run_dir, data_dir, tmp_path):
     export = shutil.copytree(run_dir / "export", tmp_path / "model")
     here, there = tmp_path / "here.jsonl", tmp_path / "there.jsonl"
@@ -306,11 +340,18 @@ def test_bad_input_lines_exit_2_and_write_no_output(run_dir, tmp_path, capsys, m
     empty.write_text("\n\n")
     broken = tmp_path / "broken.jsonl"
     broken.write_text('{"sentence1": "a", "sentence2": "b"}\n{"sentence1": "a"}\n')
+    number = tmp_path / "number.jsonl"
+    number.write_text('{"sentence1": "a", "sentence2": null}\n\n{"sentence1": "a", "sentence2": 5}\n')
+    nested = tmp_path / "nested.jsonl"
+    nested.write_text('{"sentence1": {"text": "a"}, "sentence2": "b"}\n')
     out = tmp_path / "out.tsv"
     cases = [
         ([bad], f"{bad}: line 3: task 'rte': expected 2 tab-separated field(s) (sentence1, sentence2), found 3"),
         ([empty], f"{empty}: no examples (the input is empty)"),
         ([broken], f"{broken}: line 2: task 'rte': field 'sentence2' is missing"),
+        ([number], f"{number}: line 3: task 'rte', field 'sentence2': expected a string, found a number (value: 5)"),
+        ([nested], f"{nested}: line 1: task 'rte', field 'sentence1': expected a string, found an object "
+                   '(value: {"text": "a"})'),
     ]
     for input_path, message in cases:
         code, err = exit_code_and_error(predict, [run_dir, "--task", "rte", "--input", *input_path,

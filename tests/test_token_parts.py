@@ -130,6 +130,46 @@ def test_word_labels_go_on_the_first_piece(tokenizer):
     assert align_labels([None, 0, 0, 0, 1, None], [4, 3]) == [IGNORE, 4, IGNORE, IGNORE, 3, IGNORE]
 
 
+class PieceEcho(torch.nn.Module):
+    """A stand-in model whose tag logits depend on each piece alone: the tag is the piece's id modulo 5."""
+
+    def forward(self, task, input_ids, attention_mask, token_type_ids=None):
+        return torch.nn.functional.one_hot(input_ids % len(TAGS), len(TAGS)).float()
+
+
+def test_predict_tags_every_word_of_a_sentence_longer_than_max_length(tokenizer):
+    """mtdnn.predict cuts a long sentence into consecutive chunks of whole words that each fit in max_length
+    pieces and joins their tags; a word longer than max_length alone is a chunk of its own (cut)."""
+    from types import SimpleNamespace
+
+    from mtdnn.evaluation.token_predict import tag_words, word_chunks
+    from mtdnn.tasks.taskdef import parse_tasks
+
+    long_word = "zqxjkvbwfg" * 9  # 90 characters, more pieces than max_length
+    words = ("Peter Blackburn lives in Berlin . " * 6).split() + [long_word] + "Anna went to Paris".split()
+    max_length = 12
+    assert len(tokenizer(long_word, add_special_tokens=False)["input_ids"]) > max_length
+    [ranges] = word_chunks([words], tokenizer, max_length)
+    assert ranges[0][0] == 0 and ranges[-1][1] == len(words) and len(ranges) > 3
+    assert all(a < b and b == c for (a, b), (c, _) in zip(ranges, ranges[1:]))  # consecutive, none empty
+    for a, b in ranges:
+        pieces = len(tokenizer(words[a:b], is_split_into_words=True)["input_ids"])
+        assert pieces <= max_length or (b - a == 1 and words[a] == long_word), (a, b, pieces)
+        if b < len(words) and words[b] != long_word:  # each chunk is as long as fits
+            assert len(tokenizer(words[a:b + 1], is_split_into_words=True)["input_ids"]) > max_length
+    assert word_chunks([words[:5]], tokenizer, max_length) == [[(0, 5)]]  # a short sentence is one chunk
+
+    task = parse_tasks({"tasks": {"ner": {"type": "sequence_labelling", "text": ["t"], "label": "g", "labels": TAGS,
+                                          "splits": {"dev": {"path": "x", "format": "conll", "columns": ["t", "g"]}}}}},
+                       "mem")["ner"]
+    loaded = SimpleNamespace(tokenizer=tokenizer, max_length=max_length, model=PieceEcho(), eval_batch_size=4,
+                             pad_to_multiple_of=1)
+    [tags] = tag_words(task, [words], loaded, None, "cpu")
+    first_pieces = [ids[0] for ids in tokenizer(words, add_special_tokens=False)["input_ids"]]
+    assert tags == [TAGS[i % len(TAGS)] for i in first_pieces]  # every word from its own first piece, past the cut too
+    assert len(set(tags[-10:])) > 1
+
+
 def test_pre_tokenize_gives_words_with_character_offsets(tokenizer):
     text = "Mr. Bidén visited  U.S. troops"
     words = pre_tokenize(text, tokenizer)

@@ -169,6 +169,93 @@ def test_export_reloads_and_predicts_raw_text_with_character_offsets(trained, ca
     assert [r["id"] for r in rows] and all(r["id"].count("-") == 1 for r in rows)
 
 
+def test_predict_tags_the_words_past_max_length_as_it_tags_them_alone(trained, capsys):
+    """A text longer than max_length (32 pieces here) is predicted in chunks of whole words: the last chunk's tags
+    are those of its words predicted alone, and every offset indexes the original text."""
+    from mtdnn import predict
+    from mtdnn.evaluation.token_predict import word_chunks
+    from mtdnn.tasks.token_features import pre_tokenize
+    from mtdnn.training.export import load_export
+
+    base, data, task_defs, run_dir = trained
+    _, tokenizer, tasks = load_export(run_dir / "export")
+    text = "Peter Blackburn lives in Berlin . " * 12 + "Anna went to Paris with Mary Ann Smith ."
+    words = pre_tokenize(text, tokenizer)
+    [ranges] = word_chunks([[w for w, _, _ in words]], tokenizer, tasks["ner"].max_length)
+    assert len(ranges) >= 3 and ranges[-1][1] == len(words)
+    tail = text[words[ranges[-1][0]][1]:]
+
+    def tokens_and_entities(value):
+        assert cli(predict, [str(run_dir / "export"), "--task", "ner", "--text", value]) == 0
+        [row] = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        return row["tokens"], row["entities"]
+
+    tokens, found = tokens_and_entities(text)
+    assert [(t["word"], t["start"], t["end"]) for t in tokens] == words
+    assert all(text[t["start"]:t["end"]] == t["word"] for t in tokens)
+    assert all(text[e["start"]:e["end"]] == e["text"] for e in found)
+    alone, _ = tokens_and_entities(tail)
+    assert [t["tag"] for t in tokens[ranges[-1][0]:]] == [t["tag"] for t in alone]
+
+
+def test_token_predict_takes_tabs_in_text_and_quotes_tsv_fields(trained, tmp_path, capsys):
+    """A tab inside a --text value is text; a tsv field holding a tab, a line break or a quote is quoted (csv
+    excel-tab), so that each row reads back whole."""
+    import csv
+    import io
+
+    from mtdnn import predict
+
+    base, data, task_defs, run_dir = trained
+    text = "Angela\tMerkel visited Paris."
+    assert cli(predict, [str(run_dir), "--task", "ner", "--text", text]) == 0
+    [row] = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [t["word"] for t in row["tokens"]] == ["Angela", "Merkel", "visited", "Paris", "."]
+    assert all(text[t["start"]:t["end"]] == t["word"] for t in row["tokens"])
+    context = 'The "old" keeper\nlived\talone on the island,\r\nwriting to his sister in Lisbon.'
+    assert cli(predict, [str(run_dir), "--task", "squad", "--text", "Where did\this sister live?", context,
+                         "--format", "tsv"]) == 0
+    [answer] = list(csv.DictReader(io.StringIO(capsys.readouterr().out, newline=""), dialect="excel-tab"))
+    assert answer["prediction"] == context[int(answer["start"]):int(answer["end"])]
+    odd_id = 'q\t1\r\n"2"'
+    inputs = {"ner": {"id": odd_id, "text": text}, "squad": {"id": odd_id, "question": "Where?", "context": context}}
+    for task, record in inputs.items():
+        (tmp_path / f"{task}.jsonl").write_text(json.dumps(record) + "\n", encoding="utf-8")
+        out = tmp_path / f"{task}.tsv"
+        assert cli(predict, [str(run_dir), "--task", task, "--input", str(tmp_path / f"{task}.jsonl"),
+                             "--format", "tsv", "--output", str(out)]) == 0
+        [row] = list(csv.DictReader(io.StringIO(out.read_bytes().decode("utf-8"), newline=""), dialect="excel-tab"))
+        assert row["id"] == odd_id
+        if task == "squad":
+            assert row["prediction"] == context[int(row["start"]):int(row["end"])]
+
+
+def test_bad_raw_token_input_exits_2_naming_the_input_task_and_field(trained, tmp_path, capsys):
+    from mtdnn import predict
+
+    base, data, task_defs, run_dir = trained
+    out = tmp_path / "out.jsonl"
+    (tmp_path / "number.jsonl").write_text('{"question": "Who?", "context": "Anna."}\n{"question": "Who?", '
+                                          '"context": 5}\n', encoding="utf-8")
+    (tmp_path / "bool.jsonl").write_text('{"text": true}\n', encoding="utf-8")
+    cases = [
+        (["--task", "squad", "--input", tmp_path / "number.jsonl"],
+         f"{tmp_path / 'number.jsonl'}: line 2: task 'squad', field 'context': expected a string, found a number "
+         "(value: 5)"),
+        (["--task", "ner", "--input", tmp_path / "bool.jsonl"],
+         f"{tmp_path / 'bool.jsonl'}: line 1: task 'ner', field 'text': expected a string, found a boolean"),
+        (["--task", "ner", "--text", " \t "], "--text: task 'ner', field 'text': empty text"),
+        (["--task", "squad", "--text", "Who?", "\t"], "--text: task 'squad', field 'context': empty context"),
+        (["--task", "squad", "--text", "Who?"], "--text: task 'squad' takes 2 text(s) (question, context), got 1"),
+    ]
+    for args, needle in cases:
+        assert cli(predict, [str(run_dir), *map(str, args), "--output", str(out)]) == 2
+        [message] = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+        assert needle in message, message
+        assert "--text" not in needle or "line" not in message
+        assert not out.exists() and not list(tmp_path.glob("out.jsonl*"))
+
+
 @pytest.mark.parametrize("bad, needle", [
     ("tag", "ner/train.txt: line 7: task 'ner', field 'tag': tag 'B-CITY' is not in the task's tag set"),
     ("answer_start", "question id 'Cats-0': field 'answers[0].answer_start'"),

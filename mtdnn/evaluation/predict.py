@@ -10,19 +10,23 @@ Examples::
 ``MODEL`` is a complete run directory (its best checkpoint, or ``--checkpoint``) or an export directory.
 Raw input (``--input FILE`` or ``-`` for stdin) holds one example per line, without a header: tab-separated
 fields in the order of the task's ``text`` columns (then its ``candidates`` columns for ranking tasks), or
-JSON objects keyed by those column names. Blank lines are skipped.
+JSON objects keyed by those column names (string values, or null for an empty text). Blank lines are skipped.
 
 Output (``--format``): ``tsv`` (``id``, ``prediction``: the label name, the score for regression or the
 candidate index for ranking, ``probability`` of the prediction and ``prob_<label>`` columns), ``jsonl`` (the
 same fields, ``probabilities`` as an object), or ``glue``: the GLUE leaderboard's submission file
 (``index``, ``prediction``; named after the task's ``glue_name``, e.g. ``RTE.tsv``, ``STS-B.tsv``), the default
-for the ``test`` split of a GLUE task. ``--output`` is a file, or a directory (ending in ``/`` or existing)
-that receives ``<glue_name>.tsv`` or ``<task>-<split>.<format>``; by default predictions go to stdout. Files
-are written atomically once every prediction is made, so a failure never leaves a partial file.
+for the ``test`` split of a GLUE task. A tsv field holding a tab, a line break or a double quote is quoted as
+the csv module's ``excel-tab`` dialect quotes it (``"a<TAB>b"``, quotes doubled). ``--output`` is a file, or a
+directory (ending in ``/`` or existing) that receives ``<glue_name>.tsv`` or ``<task>-<split>.<format>``; by
+default predictions go to stdout. Files are written atomically once every prediction is made, so a failure never
+leaves a partial file.
 """
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import logging
 import sys
@@ -58,7 +62,7 @@ def raw_rows(lines: list[str], source: str, task: TaskDef, columns: list[str], f
 
     Raises:
         DataError: naming ``source`` and the 1-based line: a wrong number of fields, invalid JSON, a missing
-            column, or no row at all.
+            column, a column that is not a JSON string (or null), or no row at all.
     """
     rows = 0
     for number, line in enumerate(lines, start=1):
@@ -82,12 +86,31 @@ def raw_rows(lines: list[str], source: str, task: TaskDef, columns: list[str], f
             missing = [c for c in columns if c not in obj]
             if missing:
                 raise DataError(f"{where}: field '{missing[0]}' is missing (expected keys: {', '.join(columns)})")
-            fields = ["" if obj[c] is None else str(obj[c]) for c in columns]
+            fields = [json_text(obj[c], f"{where}, field '{c}'") for c in columns]
             row_id = str(obj["id"]) if "id" in obj else str(rows)
         rows += 1
         yield number, where, row_id, fields
     if not rows:
         raise DataError(f"{source}: no examples (the input is empty); expected one per line: {', '.join(columns)}")
+
+
+JSON_TYPES = {bool: "a boolean", int: "a number", float: "a number", list: "an array", dict: "an object"}
+
+
+def json_text(value, where: str) -> str:
+    """A text field of a JSON input line: the string itself, "" for null.
+
+    Raises:
+        DataError: naming ``where`` (the input, line, task and field): any other JSON value (a number, a
+            boolean, an array, an object), which would otherwise be predicted as its Python ``str``.
+    """
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        shown = json.dumps(value, ensure_ascii=False)
+        raise DataError(f"{where}: expected a string, found {JSON_TYPES[type(value)]} (value: "
+                        f"{shown[:200] + '...' if len(shown) > 200 else shown})")
+    return value
 
 
 def parse_lines(lines: list[str], source: str, task: TaskDef, fmt: str) -> list[Example]:
@@ -150,6 +173,18 @@ def text_example(texts: list[str], task: TaskDef) -> list[Example]:
 GLUE_SCORE_RANGE = (0.0, 5.0)
 
 
+def tsv_line(fields: list) -> str:
+    r"""One line of a tsv output, ending in ``\n``: the fields (``str`` of each) separated by tabs, quoted as the
+    csv module's ``excel-tab`` dialect quotes them, so that no field holds a raw tab or line break: a field
+    holding a tab, a ``\n``, a ``\r`` or a double quote is written between double quotes, its quotes doubled
+    (``csv.reader(f, dialect="excel-tab")`` and ``pandas.read_csv(f, sep="\t")`` read it back); any other field
+    is written as it is.
+    """
+    out = io.StringIO()
+    csv.writer(out, dialect="excel-tab").writerow(fields)  # the dialect's \r\n row end makes it quote \r and \n
+    return out.getvalue().removesuffix("\r\n") + "\n"
+
+
 def format_predictions(task: TaskDef, ids: list[str], predictions: list[dict], fmt: str) -> str:
     """The output file's text: ``tsv``, ``jsonl`` or ``glue`` (see the module docstring).
 
@@ -161,7 +196,7 @@ def format_predictions(task: TaskDef, ids: list[str], predictions: list[dict], f
         shown = [f"{min(max(p['prediction'], lo), hi):.3f}" if task.type == "regression"
                  else f"{p['prediction']:.3f}" if isinstance(p["prediction"], float) else str(p["prediction"])
                  for p in predictions]
-        return "index\tprediction\n" + "".join(f"{i}\t{s}\n" for i, s in zip(ids, shown))
+        return tsv_line(["index", "prediction"]) + "".join(tsv_line([i, s]) for i, s in zip(ids, shown))
     rows = []
     for i, p in zip(ids, predictions):
         row = {"id": i, "prediction": round(p["prediction"], 6) if isinstance(p["prediction"], float) else p["prediction"]}
@@ -173,11 +208,11 @@ def format_predictions(task: TaskDef, ids: list[str], predictions: list[dict], f
         return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
     names = list(rows[0].get("probabilities", {}))
     header = ["id", "prediction"] + (["probability"] + [f"prob_{n}" for n in names] if names else [])
-    lines = ["\t".join(header)]
+    lines = [tsv_line(header)]
     for r in rows:
         values = [r["id"], r["prediction"]] + ([r["probability"]] + list(r["probabilities"].values()) if names else [])
-        lines.append("\t".join(str(v) for v in values))
-    return "\n".join(lines) + "\n"
+        lines.append(tsv_line(values))
+    return "".join(lines)
 
 
 def output_path(output: str | None, task: TaskDef, split: str, fmt: str) -> Path | None:
