@@ -4,8 +4,9 @@ Sequence labelling (as Devlin et al. 2019, arXiv 1810.04805 section 5.3, and Hug
 words are tokenized with ``is_split_into_words=True``; a word's tag goes on its first piece and every other
 piece (further pieces of the word, special tokens) gets :data:`IGNORE` (-100, the ``ignore_index`` of
 ``cross_entropy``). ``word_ids`` maps each piece back to its word (-1 for special tokens), so that predictions
-can be read per word; a word that yields no piece (a zero-width character) or falls beyond ``max_length`` has no
-prediction and is scored as ``O``.
+can be read per word; a word that yields no piece (a zero-width character) has no prediction and is read as
+``O``. A word beyond ``max_length`` has no labelled piece: dev scoring leaves it out of gold and prediction alike,
+as Hugging Face ``run_ner`` does, and ``mtdnn.predict`` tags a long text in chunks of whole words instead.
 
 Extractive QA (BERT's SQuAD recipe, Hugging Face ``run_qa``): question and context are one pair, the context
 truncated (``only_second``) into overlapping windows of at most ``max_length`` pieces, consecutive windows
