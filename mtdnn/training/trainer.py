@@ -633,7 +633,8 @@ def fit_and_export(module, datamodule, tasks: dict[str, TaskDef], tokenizer, run
                          default_root_dir=run_dir, log_every_n_steps=10, **evaluation)
     sigint = signal.getsignal(signal.SIGINT)
     try:
-        trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
+        # the checkpoint holds tensors and plain values only (RNG states included): no pickled objects on resume
+        trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from, weights_only=True)
     except SystemExit:  # Lightning exits after a graceful shutdown on Ctrl-C or SIGTERM
         if not trainer.interrupted:
             raise
