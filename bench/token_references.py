@@ -69,6 +69,8 @@ from common import write_json_file  # noqa: E402  (bench/common.py)
 TASK_DEFS = {"conll2003": "ner.yaml", "wnut17": "ner.yaml", "squad": "squad.yaml"}
 DEFAULT_EPOCHS = {"conll2003": 3, "wnut17": 3, "squad": 2}
 TARGET_F1_GAP = 1.0  # issue 18: within 1.0 F1 of the reference
+DEFAULT_MTDNN_OPTIONS = {"group_by_length": True, "token_loss": None}
+"""The toolkit arm's own recipe (length-grouped batches, its task's loss); anything else is an ablation."""
 ARMS = ("mtdnn", "reference")
 
 
@@ -188,8 +190,9 @@ def summarize(reports: list[dict]) -> dict:
                 "values": values}
 
     tasks = {r["task"] for r in reports}
-    others = {json.dumps([{k: v for k, v in r.get("settings", {}).items() if k != "seed"}, r.get("mtdnn_options")],
-                         sort_keys=True) for r in reports}
+    # a report written before mtdnn_options existed ran the defaults
+    others = {json.dumps([{k: v for k, v in r.get("settings", {}).items() if k != "seed"},
+                          r.get("mtdnn_options") or DEFAULT_MTDNN_OPTIONS], sort_keys=True) for r in reports}
     seeds = [r.get("seed") for r in reports]
     if len(tasks) != 1 or len(others) != 1:
         raise ValueError(f"the reports are of different tasks or settings: {sorted(tasks)}")
@@ -197,7 +200,8 @@ def summarize(reports: list[dict]) -> dict:
         raise ValueError(f"each report needs its own seed (found {seeds})")
     if not all(arm in r for r in reports for arm in ARMS):
         raise ValueError("every report needs both arms (run the last call without --arms)")
-    out = {"task": tasks.pop(), "seeds": seeds, "mtdnn_options": reports[0].get("mtdnn_options")}
+    out = {"task": tasks.pop(), "seeds": seeds,
+           "mtdnn_options": reports[0].get("mtdnn_options") or DEFAULT_MTDNN_OPTIONS}
     for arm in ARMS:
         out[arm] = {"f1": spread([r[arm]["f1"] for r in reports])}
         if reports[0][arm]["exact_match"] is not None:
@@ -303,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.output_dir)
     key = arm_key(args.task, defs, data_dir, settings)
     options = {"group_by_length": args.mtdnn_group_by_length, "token_loss": args.mtdnn_token_loss}
-    ablation = options != {"group_by_length": True, "token_loss": None}
+    ablation = options != DEFAULT_MTDNN_OPTIONS
     variant = "mtdnn" if not ablation else "mtdnn-" + "-".join(
         (["random-batches"] if not args.mtdnn_group_by_length else []) + ([args.mtdnn_token_loss] if args.mtdnn_token_loss else []))
     runners = {"mtdnn": lambda: run_mtdnn(task, defs, data_dir, settings, out / variant, **options),
