@@ -24,6 +24,7 @@ quoted as the csv module's ``excel-tab`` dialect quotes it).
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import torch
@@ -237,7 +238,7 @@ def predict_token_task(args, loaded, task: TaskDef, device: str) -> tuple[str, i
         if records is None:  # a split's rows are words already: offsets into the words joined by single spaces
             ids, texts, words = [ex.id for ex in examples], [" ".join(ex.words) for ex in examples], []
             for ex in examples:
-                starts = [sum(len(w) + 1 for w in ex.words[:k]) for k in range(len(ex.words))]
+                starts = list(itertools.accumulate((len(w) + 1 for w in ex.words[:-1]), initial=0))
                 words.append([(w, s, s + len(w)) for w, s in zip(ex.words, starts)])
         else:
             ids, texts = [r["id"] for r in records], [r["text"] for r in records]

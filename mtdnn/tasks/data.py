@@ -401,10 +401,11 @@ def check_max_length(task: TaskDef, tokenizer, max_length: int | None, source: s
         raise ConfigError(f"{source}: max length {value} is too short for task '{task.name}': the tokenizer needs "
                           f"at least {needed} tokens to truncate {'a pair' if pair else 'a text'} "
                           f"({needed - (2 if pair else 1)} special tokens and one token of each text)")
-    qa = getattr(task, "qa_spec", None)
-    if task.type == "span_extraction" and qa is not None and qa.doc_stride >= value - 8:
+    from .token_features import stride_fits
+
+    if task.type == "span_extraction" and not stride_fits(value, task.qa_spec.doc_stride):
         raise ConfigError(f"{source}: max length {value} is too short for task '{task.name}': its field "
-                          f"'qa.doc_stride' {qa.doc_stride} must be below max length - 8 = {value - 8}")
+                          f"'qa.doc_stride' {task.qa_spec.doc_stride} must be below max length - 8 = {value - 8}")
 
 
 def tokenizer_fingerprint(tokenizer) -> str:

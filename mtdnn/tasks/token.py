@@ -21,7 +21,7 @@ from .conll import check_tag_set, read_conll
 from .rows import LABELLED_SPLITS
 from .squad import read_squad
 from .token_batches import collate_spans, collate_tagging
-from .token_features import IGNORE, check_window_settings, tokenize_qa, tokenize_sentences
+from .token_features import IGNORE, check_window_settings, stride_fits, tokenize_qa, tokenize_sentences
 
 if TYPE_CHECKING:
     from .taskdef import TaskDef
@@ -62,7 +62,7 @@ def check_span_extraction(task: TaskDef) -> None:
         raise ValueError(f"a span_extraction task's 'label' is 'answers', the SQuAD field of the gold answers "
                          f"(got {task.label!r})")
     spec = task.qa_spec
-    if spec.doc_stride >= task.max_length - 8:
+    if not stride_fits(task.max_length, spec.doc_stride):
         raise ValueError(f"qa.doc_stride {spec.doc_stride} must be below max_length - 8 = {task.max_length - 8}")
 
 

@@ -121,9 +121,15 @@ def _cut_questions(questions: list[str], tokenizer, limit: int) -> list[str]:
     return cut
 
 
+def stride_fits(max_length: int, doc_stride: int) -> bool:
+    """Whether a window of ``max_length`` pieces holds the stride, a question and the special tokens:
+    ``0 <= doc_stride < max_length - 8``."""
+    return 0 <= doc_stride < max_length - 8
+
+
 def check_window_settings(max_length: int, doc_stride: int, task: str) -> None:
     """Raises DataError unless ``0 <= doc_stride`` and a window holds the stride and a question."""
-    if doc_stride < 0 or doc_stride >= max_length - 8:
+    if not stride_fits(max_length, doc_stride):
         raise DataError(f"task '{task}', field 'qa.doc_stride': {doc_stride} must be at least 0 and below "
                         f"max_length - 8 = {max_length - 8}")
 
