@@ -46,7 +46,11 @@ def fit(config: TrainConfig | dict | str | Path, *, overwrite: bool = False, res
     if isinstance(config, dict):
         config = validate_config(config, "fit(config)")
     elif isinstance(config, (str, Path)):
-        config = load_config(config)
+        path = config
+        config = load_config(path)
+        if config.trust_remote_code:  # a file cannot allow code to run; a TrainConfig built in Python can
+            raise ConfigError(f"fit({str(path)!r}): field 'trust_remote_code' is true in the file; pass a TrainConfig "
+                              "(or a mapping) with trust_remote_code=True to allow an encoder's own code")
     elif not isinstance(config, TrainConfig):
         raise ConfigError(f"fit(config): expected a TrainConfig, a mapping of its fields or a config file path "
                           f"(got {type(config).__name__})")
@@ -54,8 +58,13 @@ def fit(config: TrainConfig | dict | str | Path, *, overwrite: bool = False, res
 
 
 def _spec(spec, model, kind: str):
+    import os
+
     if isinstance(spec, model):
         return spec, f"{kind} spec"
+    if not isinstance(spec, (str, os.PathLike)):
+        raise ConfigError(f"{kind} spec: expected a {model.__name__} or the path of its YAML file (got "
+                          f"{type(spec).__name__} {spec!r:.40})")
     return load_spec(spec, model, kind), str(spec)
 
 
@@ -78,7 +87,9 @@ def build_teachers(spec: TeacherSpec | str | Path, *, from_run: str | None = Non
         The teacher directory (``teachers.json`` and ``teachers.md`` hold the report).
     """
     from .distillation.teachers import build
+    from .errors import check_bools
 
+    check_bools("build_teachers()", retrain_changed=retrain_changed)
     spec, source = _spec(spec, TeacherSpec, "teacher")
     return build(spec, source, _data_dir(data_dir), from_run, output_dir, lightning, retrain_changed)
 
@@ -96,7 +107,9 @@ def distill(student, teachers=None, *, data_dir: str | Path | None = None, from_
         The student's :class:`Run` (``report.json`` and ``report.md`` in its directory).
     """
     from .distillation.student import StudentSpec, distill as distill_specs
+    from .errors import check_bools
 
+    check_bools("distill()", overwrite=overwrite, retrain_changed=retrain_changed)
     spec, source = _spec(student, StudentSpec, "student")
     teacher_spec, teacher_source = _spec(teachers, TeacherSpec, "teacher") if teachers is not None else (None, None)
     return distill_specs(spec, source, teacher_spec, teacher_source, data_dir=_data_dir(data_dir), from_run=from_run,
@@ -124,4 +137,10 @@ def transfer(spec=None, **settings) -> dict:
 
     if spec is None:
         spec = validate(TransferSpec, settings, "transfer()")
+    elif not isinstance(spec, TransferSpec):
+        raise ConfigError(f"transfer(spec): expected a TransferSpec, or its fields as keywords, e.g. "
+                          f"transfer(task='snli', encoders=['packaged-minilm'], sizes=[200]) (got "
+                          f"{type(spec).__name__} {spec!r:.40})")
+    elif settings:
+        raise ConfigError(f"transfer(): give a TransferSpec or keywords, not both (got {', '.join(settings)})")
     return run_transfer(spec)

@@ -61,6 +61,18 @@ def validate(model, raw, source: str, flags: bool = False):
         raise ConfigError(format_validation_error(source, err, flags=flags)) from None
 
 
+def check_bools(where: str, **flags) -> None:
+    """Refuse API flags that are not ``True`` or ``False`` (``overwrite="no"`` would otherwise count as true).
+
+    Raises:
+        ConfigError: naming ``where``, the argument and its type.
+    """
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: argument '{name}' must be True or False (got {type(value).__name__} "
+                              f"{value!r:.40})")
+
+
 class RunStopped(Exception):
     """A training run that stopped before completing, after saving what it could; not a user error.
 

@@ -4,6 +4,9 @@
 - :func:`read_json`: JSON files the toolkit wrote (manifests, fingerprints, export metadata).
 - :func:`read_safetensors` / :func:`read_checkpoint`: tensors (``torch.load(weights_only=True)``).
 - :func:`prepare_output_path` / :func:`prepare_output_dir`: check an output location is writable before any work.
+- :func:`check_output_dir` / :func:`claim_output_dir`: a directory is only written into when it is new, empty or one
+  of this toolkit's outputs of the same kind (its record file says so); :class:`DirectoryLock`: one writer at a time;
+  :func:`remove_stale_temporaries`: what a killed process left behind.
 - :func:`write_atomic` / :func:`write_json_atomic` / :func:`write_yaml_atomic`: a reader sees the old file or the
   new one, never half of one.
 
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -248,6 +252,25 @@ def _check_writable_dir(directory: Path, target: Path, flag: str) -> None:
                         "location") from None
 
 
+NAME_MAX = 255
+"""Longest file or directory name, in bytes of its UTF-8 encoding (Linux, macOS and Windows file systems)."""
+
+
+def check_name_lengths(path: str | Path, flag: str = "") -> Path:
+    """Refuse a path with a component longer than :data:`NAME_MAX` bytes before anything is written.
+
+    Raises:
+        UserError: naming the flag, the component's first characters and its length.
+    """
+    path = Path(path)
+    for part in path.parts:
+        size = len(os.fsencode(part))
+        if size > NAME_MAX:
+            raise UserError(f"{flag + ': ' if flag else ''}{quote_prefix(part, 40)}: a name of {size} bytes; file "
+                            f"systems allow at most {NAME_MAX} bytes per name: choose a shorter one")
+    return path
+
+
 def prepare_output_path(path: str | Path, flag: str = "") -> Path:
     """Check that the file ``path`` can be written (its directory exists and is writable, or can be created),
     before any work; nothing is created.
@@ -256,12 +279,16 @@ def prepare_output_path(path: str | Path, flag: str = "") -> Path:
         flag: the command-line flag that named the path (for the message), e.g. ``--output``.
 
     Raises:
-        UserError: ``path`` is a directory, or its nearest existing ancestor is not a writable directory.
+        UserError: ``path`` is a directory, a name in it is too long, or its nearest existing ancestor is not a
+            writable directory.
     """
-    path = Path(path)
-    if path.is_dir():
-        raise UserError(f"{flag + ': ' if flag else ''}{path}: is a directory; give a file name")
-    _check_writable_dir(_nearest_existing(path.parent), path, flag)
+    path = check_name_lengths(path, flag)
+    try:
+        if path.is_dir():
+            raise UserError(f"{flag + ': ' if flag else ''}{path}: is a directory; give a file name")
+        _check_writable_dir(_nearest_existing(path.parent), path, flag)
+    except OSError as err:
+        raise UserError(f"{flag + ': ' if flag else ''}{path}: cannot be used ({err.strerror})") from None
     return path
 
 
@@ -269,13 +296,197 @@ def prepare_output_dir(path: str | Path, flag: str = "") -> Path:
     """Check that the directory ``path`` can be created or written in, before any work; nothing is created.
 
     Raises:
-        UserError: ``path`` exists and is not a directory, or cannot be created or written in.
+        UserError: ``path`` exists and is not a directory, a name in it is too long, or it cannot be created or
+            written in.
     """
-    path = Path(path)
-    if path.exists() and not path.is_dir():
-        raise UserError(f"{flag + ': ' if flag else ''}{path}: exists and is not a directory")
-    _check_writable_dir(_nearest_existing(path), path, flag)
+    path = check_name_lengths(path, flag)
+    try:
+        if path.exists() and not path.is_dir():
+            raise UserError(f"{flag + ': ' if flag else ''}{path}: exists and is not a directory")
+        _check_writable_dir(_nearest_existing(path), path, flag)
+    except OSError as err:
+        raise UserError(f"{flag + ': ' if flag else ''}{path}: cannot be used ({err.strerror})") from None
     return path
+
+
+# ------------------------------------------------------------------------------------- directories the toolkit owns
+
+OUTPUT_RECORD = ".mtdnn-output.json"
+LOCK_FILE = ".mtdnn.lock"
+"""The record file of a directory this toolkit writes: ``{"kind": ..., "version": ...}``."""
+
+OUTPUT_KINDS = {"run": "training run directory", "teachers": "teacher directory",
+                "comparison": "paired-comparison directory (--seeds)", "transfer": "transfer output directory",
+                "diagnose": "diagnose output directory"}
+"""The kinds of directory the toolkit writes, each with its name in messages."""
+
+
+def quote_prefix(text: str, limit: int = 80) -> str:
+    """``text`` quoted for a message: at most ``limit`` characters (then ``...``), control characters escaped."""
+    shown = repr(text[:limit])
+    return shown + ("..." if len(text) > limit else "")
+
+
+def output_record(directory: str | Path) -> dict | None:
+    """The record (:data:`OUTPUT_RECORD`) of ``directory``, or None when it has none or it cannot be read."""
+    path = Path(directory) / OUTPUT_RECORD
+    try:
+        with path.open("rb") as f:
+            raw = f.read(4096)
+        record = json.loads(raw)
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and record.get("kind") in OUTPUT_KINDS else None
+
+
+def check_output_dir(path: str | Path, flag: str, kind: str, recognised=None) -> Path:
+    """Check, before any work, that ``path`` may be used as an output directory of ``kind``; nothing is created.
+
+    It may be new, empty, or already this toolkit's directory of the same kind: its record file
+    (:data:`OUTPUT_RECORD`) names ``kind``, or ``recognised(path)`` (the kind's own files, for directories written
+    before records existed) says so. Any other directory is refused, so that no user file is ever replaced.
+
+    Args:
+        flag: the flag or field that named the directory (for the message).
+        kind: a key of :data:`OUTPUT_KINDS`.
+        recognised: ``Path -> bool``, true for a directory of ``kind`` without a record.
+
+    Raises:
+        UserError: the directory holds other files (naming up to three), is another kind of toolkit output, or is
+            not writable (:func:`prepare_output_dir`).
+    """
+    path = prepare_output_dir(path, flag)
+    where = f"{flag}: " if flag else ""
+    try:
+        # the lock file alone (a run killed before its first file) counts as empty
+        entries = sorted(p.name for p in path.iterdir() if p.name != LOCK_FILE) if path.is_dir() else []
+    except OSError as err:
+        raise UserError(f"{where}{path}: cannot be listed ({err.strerror})") from None
+    if not entries:
+        return path
+    record = output_record(path)
+    if record is not None:
+        if record["kind"] == kind:
+            return path
+        raise UserError(f"{where}{path}: is a {OUTPUT_KINDS[record['kind']]} of this toolkit, not a "
+                        f"{OUTPUT_KINDS[kind]}; choose another directory (nothing was changed)")
+    if recognised is not None and recognised(path):
+        return path
+    shown = ", ".join(quote_prefix(e, 40) for e in entries[:3]) + (f" and {len(entries) - 3} more"
+                                                                    if len(entries) > 3 else "")
+    raise UserError(f"{where}{path}: the directory holds files that are not this toolkit's ({shown}) and is not a "
+                    f"{OUTPUT_KINDS[kind]}; choose a new or empty directory (nothing was changed)")
+
+
+def claim_output_dir(path: str | Path, kind: str) -> Path:
+    """Create ``path`` (after :func:`check_output_dir`) and write its record file, unless it has one.
+
+    Raises:
+        UserError: the directory or its record cannot be written.
+    """
+    from . import __version__
+
+    path = make_dir(path)
+    if output_record(path) is None:
+        write_json_atomic(path / OUTPUT_RECORD, {"kind": kind, "version": __version__})
+    return path
+
+
+class DirectoryLock:
+    """An exclusive, non-blocking ``flock`` on ``<directory>/.mtdnn.lock``, held until :meth:`release` (or the
+    process ends: the kernel drops it, so a killed process never leaves a stale lock).
+
+    The lock file holds the holder's process id, for the message of a process that is refused.
+
+    Raises:
+        UserError: another process holds the lock (naming its pid and the directory), or the file cannot be made.
+    """
+
+    def __init__(self, directory: str | Path, flag: str = ""):
+        import fcntl
+
+        self.path = make_dir(directory) / LOCK_FILE
+        try:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, default_mode())
+        except OSError as err:
+            raise UserError(f"{self.path}: cannot create the lock file ({err.strerror})") from None
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.pread(self._fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+            os.close(self._fd)
+            where = f"{flag}: " if flag else ""
+            raise UserError(f"{where}{Path(directory)}: another mtdnn process (pid {quote_prefix(holder, 20)}) is "
+                            "writing in this directory; wait for it to end or choose another directory") from None
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, f"{os.getpid()}\n".encode(), 0)
+
+    def release(self) -> None:
+        """Drop the lock (idempotent)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+
+
+TEMPORARY = re.compile(r"^(?P<name>.+?)\.(?:(?P<pid>\d+)\.)?[A-Za-z0-9_]{6,12}\.tmp$")
+"""A temporary of :func:`write_atomic`: ``<name>.<pid>.<random>.tmp`` (``<name>.<random>.tmp`` before the pid)."""
+TEMPORARY_DIR = re.compile(r"^\.(?P<name>.+?)\.(?:(?P<pid>\d+)\.)?[A-Za-z0-9_]{6,12}$")
+"""A temporary directory of an atomic directory write: ``.<name>.<pid>.<random>`` (``.<name>.<random>`` before)."""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def remove_stale_temporaries(directory: str | Path, names: set[str] | None = None, *, locked: bool,
+                             recursive: bool = False) -> list[Path]:
+    """Remove what atomic writes of a killed process left in ``directory``: files ``<name>.<pid>.<random>.tmp``
+    and directories ``.<name>.<pid>.<random>``, for the ``names`` given (None: any name).
+
+    With ``locked`` (the caller holds the directory's :class:`DirectoryLock`, so no live writer of ours is in it)
+    every such temporary is removed; without it only those whose process id is not a live process.
+
+    Returns:
+        The paths removed.
+    """
+    import shutil
+
+    directory = Path(directory)
+    removed = []
+    try:
+        entries = list(directory.rglob("*") if recursive else directory.iterdir())
+    except OSError:
+        return removed
+    for entry in entries:
+        is_dir = entry.is_dir() and not entry.is_symlink()
+        match = (TEMPORARY_DIR if is_dir else TEMPORARY).match(entry.name)
+        if match is None or (names is not None and match["name"] not in names):
+            continue
+        if not locked and (match["pid"] is None or _alive(int(match["pid"]))):
+            continue
+        try:
+            shutil.rmtree(entry) if is_dir else entry.unlink()
+        except OSError:
+            continue
+        removed.append(entry)
+    return removed
+
+
+def temporary_prefix(path: Path) -> str:
+    """The prefix of an atomic write's temporary for ``path``: its name and this process's id."""
+    return f"{path.name}.{os.getpid()}."
 
 
 def make_dir(path: str | Path) -> Path:
@@ -300,7 +511,7 @@ def write_atomic(path: str | Path, text: str) -> None:
     except UserError as err:
         raise UserError(f"{path}: cannot write ({err})") from None
     try:
-        fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+        fd, tmp = tempfile.mkstemp(prefix=temporary_prefix(path), suffix=".tmp", dir=path.parent)
     except OSError as err:
         raise UserError(f"{path}: cannot write ({err.strerror})") from None
     os.chmod(tmp, default_mode())

@@ -225,14 +225,15 @@ def test_cache_key_ignores_leftover_truncation_state(tmp_path, tokenizer, monkey
 def test_a_diverged_run_is_refused_by_the_run_writer():
     import torch
 
-    from mtdnn.errors import CheckpointError
+    from mtdnn.errors import Diverged
     from mtdnn.training.runs import check_finite_run
 
     good = {"w": torch.ones(3), "step": torch.tensor(3)}
     check_finite_run(good, [{"epoch": 1, "average": 0.5}], "best.ckpt")
-    with pytest.raises(CheckpointError, match=r"best.ckpt: training diverged: 1 of 2 weight tensors hold NaN"):
+    with pytest.raises(Diverged, match=r"best.ckpt: training diverged: 1 of 2 weight tensors hold NaN") as err:
         check_finite_run({**good, "w": torch.tensor([1.0, float("nan")])}, [], "best.ckpt")
-    with pytest.raises(CheckpointError, match=r"dev average of epoch\(s\) \[2\] is not a finite number"):
+    assert err.value.exit_code == 3
+    with pytest.raises(Diverged, match=r"dev average of epoch\(s\) \[2\] is not a finite number"):
         check_finite_run(good, [{"epoch": 1, "average": 0.5}, {"epoch": 2, "average": float("nan")}], "best.ckpt")
 
 

@@ -82,6 +82,16 @@ def add_inference_args(parser: argparse.ArgumentParser, data_dir_use: str = "") 
     parser.add_argument("--batch-size", type=positive_int, default=None,
                         help="examples per batch (default: the run's --eval-batch-size, 64)")
     parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... or auto (cuda when available)")
+    add_trust_remote_code_arg(parser)
+
+
+TRUST_HELP = ("let the model's folder run code of its own (transformers' trust_remote_code); never taken from a "
+              "run, export or config file: see the README's Security section")
+
+
+def add_trust_remote_code_arg(parser: argparse.ArgumentParser) -> None:
+    """``--trust-remote-code``: the only way a command that loads a trained model runs the model's own code."""
+    parser.add_argument("--trust-remote-code", action="store_true", help=TRUST_HELP)
 
 
 def add_trainer_args(parser: argparse.ArgumentParser, defaults: dict | None = None) -> None:

@@ -21,7 +21,8 @@ import sys
 from pathlib import Path
 
 from ..errors import ConfigError, HelpFormatter, RawHelpFormatter, run_cli
-from ..fileio import prepare_output_dir
+from .common import add_trust_remote_code_arg
+from ..evaluation.diagnostics.outputs import check_diagnose_dir, claim_diagnose_dir
 from .common import float_in, max_length_int, positive_int, task_list
 
 AS_TRAIN = "as python -m mtdnn.train's flag of that name"
@@ -34,6 +35,7 @@ def _model_args(p: argparse.ArgumentParser, required: bool = True) -> None:
                    help="a complete run directory or an export directory")
     p.add_argument("--checkpoint", default=None, help="a checkpoint of the run instead of its best")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... or auto")
+    add_trust_remote_code_arg(p)
 
 
 def _common(p: argparse.ArgumentParser, default_output: str = "MODEL/diagnose") -> None:
@@ -167,16 +169,16 @@ def _hans(args) -> int:
     if args.rule:
         data_dir = resolve_data_dir(args.data_dir) if args.hans is None else None
         hans = open_hans(args.hans or data_dir / DEFAULT_HANS, args.hans_index)
-        output = prepare_output_dir(args.output_dir or Path("runs") / f"diagnose-hans-{args.rule}", "--output-dir")
+        output = check_diagnose_dir(args.output_dir or Path("runs") / f"diagnose-hans-{args.rule}")
         result = hans_diagnosis(hans, RULES[args.rule], f"rule:{args.rule}", args.batch_size)
     else:
         from ..training.inference import load_model, resolve_device
 
-        loaded = load_model(args.model, args.checkpoint)
+        loaded = load_model(args.model, args.checkpoint, args.trust_remote_code)
         name = _pick_task(loaded, args.task, "nli")
         mapping = entailment_label_map(loaded.task(name), overrides)
         hans = open_hans(args.hans or loaded.resolve_data_dir(args.data_dir) / DEFAULT_HANS, args.hans_index)
-        output = prepare_output_dir(args.output_dir or loaded.model_dir / "diagnose", "--output-dir")
+        output = check_diagnose_dir(args.output_dir or loaded.model_dir / "diagnose")
         predict = model_predictor(loaded, loaded.task(name), mapping, resolve_device(args.device))
         result = hans_diagnosis(hans, predict, str(loaded.model_dir), args.batch_size, task=name, label_map=mapping)
     files = write_hans_outputs(result, output)
@@ -189,10 +191,10 @@ def _arct(args) -> int:
     from ..training.inference import load_model, resolve_device
     from ..evaluation.diagnostics.arct import arct_diagnosis, format_arct_table, write_arct_outputs
 
-    loaded = load_model(args.model, args.checkpoint)
+    loaded = load_model(args.model, args.checkpoint, args.trust_remote_code)
     name = _pick_task(loaded, args.task, "ranking")
     data_dir = loaded.resolve_data_dir(args.data_dir)
-    output = prepare_output_dir(args.output_dir or loaded.model_dir / "diagnose", "--output-dir")
+    output = check_diagnose_dir(args.output_dir or loaded.model_dir / "diagnose")
     result = arct_diagnosis(loaded, name, args.adversarial, data_dir, resolve_device(args.device), args.batch_size)
     files = write_arct_outputs(result, output)
     print(format_arct_table(result))
@@ -208,9 +210,10 @@ def _cues(args) -> int:
     task = _task_def(args.task, args.task_defs)
     data_dir = resolve_data_dir(args.data_dir)
     splits = args.splits or [s for s in ("train", "dev") if s in task.splits]
-    output = prepare_output_dir(args.output_dir or Path("runs") / f"diagnose-cues-{task.name}", "--output-dir")
+    output = check_diagnose_dir(args.output_dir or Path("runs") / f"diagnose-cues-{task.name}")
     result = cue_statistics(task, splits, data_dir, _cue_settings(args))
     table = format_cue_tables(result)
+    claim_diagnose_dir(output)
     write_json_atomic(output / f"diagnose-cues-{task.name}.json", result)
     write_atomic(output / f"diagnose-cues-{task.name}.md", table)
     print(table)
@@ -237,8 +240,7 @@ def _partial(args) -> int:
     recipe = Recipe(encoder=args.encoder, max_epochs=args.max_epochs, batch_size=args.batch_size, lr=args.lr,
                     max_length=args.max_length, limit_train_examples=args.limit_train_examples,
                     accelerator=args.accelerator)
-    output = prepare_output_dir(args.output_dir or Path("runs") / f"diagnose-partial-{task.name}-{args.input}",
-                                "--output-dir")
+    output = check_diagnose_dir(args.output_dir or Path("runs") / f"diagnose-partial-{task.name}-{args.input}")
     result = partial_input_baselines(task, args.input, seeds, resolve_data_dir(args.data_dir), output, recipe,
                                      full=not args.no_full)
     files = write_partial_outputs(result, output)
@@ -257,14 +259,14 @@ def _report(args) -> int:
         if not source.is_file():
             raise ConfigError(f"--partial-input {source}: no such file")
         read_partial_result(source)
-    loaded = load_model(args.model, args.checkpoint)
+    loaded = load_model(args.model, args.checkpoint, args.trust_remote_code)
     data_dir = loaded.resolve_data_dir(args.data_dir)
     inputs = ReportInputs(data_dir=data_dir, hans_file=Path(args.hans) if args.hans else data_dir / DEFAULT_HANS,
                           hans_index=Path(args.hans_index) if args.hans_index else None, label_map=overrides,
                           adversarial=args.adversarial, partial_input=list(args.partial_input),
                           cue_settings=_cue_settings(args), device=resolve_device(args.device),
                           batch_size=args.batch_size)
-    output = prepare_output_dir(args.output_dir or loaded.model_dir / "diagnose", "--output-dir")
+    output = check_diagnose_dir(args.output_dir or loaded.model_dir / "diagnose")
     path, contents = write_report(loaded, inputs, output)
     for task, sections in contents.items():
         print(f"{task}: {', '.join(sections) or 'no applicable diagnostic'}")

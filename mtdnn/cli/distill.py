@@ -70,10 +70,11 @@ def main(argv: list[str] | None = None) -> int:
 def _compare(args, spec, student_path: str, teacher_spec, teacher_path: str | None) -> int:
     """``--seeds N``: build the teachers (with a teacher spec), then the paired comparison of the two arms."""
     from ..distillation import teachers
-    from ..distillation.comparison import COMPARISON_MD, check_comparable, run_comparison
+    from ..distillation.comparison import COMPARISON_MD, check_comparable, check_comparison_dir, run_comparison
     from ..tasks.data import resolve_data_dir
 
     check_comparable(spec, student_path)  # before any teacher is built
+    check_comparison_dir(spec, student_path, args.output_dir)
     data_dir = resolve_data_dir(args.data_dir)
     teachers_dir = args.teachers_dir
     try:

@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     from ..fileio import prepare_output_path, write_json_atomic
 
     check_output_path(args.output)
-    loaded = load_model(args.model, args.checkpoint)
+    loaded = load_model(args.model, args.checkpoint, args.trust_remote_code)
     suffix = f"-{Path(args.checkpoint).stem}" if args.checkpoint else ""
     output = Path(args.output) if args.output else loaded.model_dir / f"eval-{args.split}{suffix}.json"
     prepare_output_path(output, "--output")

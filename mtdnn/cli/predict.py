@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     from ..tasks.data import tokenize_examples, tokenized_split
     from ..training.inference import load_model
 
-    loaded = load_model(args.model, args.checkpoint)
+    loaded = load_model(args.model, args.checkpoint, args.trust_remote_code)
     if args.task is None and len(loaded.tasks) > 1:
         raise ConfigError(f"--task: {loaded.model_dir} has several tasks ({', '.join(loaded.tasks)}); name one")
     task = loaded.task(args.task or next(iter(loaded.tasks)))
@@ -76,12 +76,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _write(text: str, path, count: int, fmt: str) -> int:
-    """Write the predictions to ``path`` atomically, or to stdout when None."""
-    from ..fileio import write_atomic
+    """Write the predictions to ``path`` atomically, or to stdout when None; first remove the temporaries of
+    earlier predictions to ``path`` whose process is gone (``<output>.<pid>.<random>.tmp``, left by a kill)."""
+    from ..fileio import remove_stale_temporaries, write_atomic
 
     if path is None:
         sys.stdout.write(text)
     else:
+        remove_stale_temporaries(path.parent, {path.name}, locked=False)
         write_atomic(path, text)
         print(f"{count} predictions ({fmt}) written: {path}", file=sys.stderr)
     return 0

@@ -144,6 +144,9 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     given = {k: v for k, v in vars(args).items() if k not in NOT_SETTINGS}
     if getattr(args, "config", None):
         config = load_config(args.config)
+        if config.trust_remote_code and not given.get("trust_remote_code"):
+            raise ConfigError(f"--config {args.config}: field 'trust_remote_code' is true, but a config file cannot "
+                              "allow an encoder's own code to run: give --trust-remote-code on this command line")
         changed = {k: v for k, v in given.items() if getattr(config, k) != v}
         for key, value in changed.items():
             print(f"override: --{key.replace('_', '-')} {value} (config {args.config}: {getattr(config, key)})",

@@ -14,6 +14,8 @@ bootstrap and the per-seed scores come from the same predictions.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import math
 from typing import Any
 
@@ -146,6 +148,31 @@ def render_markdown(result: dict, teachers: dict | None = None, title: str = "Pa
 COMPARISON_JSON, COMPARISON_MD = "comparison.json", "comparison.md"
 
 
+def is_comparison_dir(directory: Path) -> bool:
+    """Whether ``directory`` is a paired comparison's (written before output directories had a record file): its
+    ``comparison.json``, or only ``seed-<s>/`` folders of arm runs."""
+    import re
+
+    if (directory / COMPARISON_JSON).is_file():
+        return True
+    entries = list(directory.iterdir())
+    return bool(entries) and all(e.is_dir() and re.fullmatch(r"seed-\d+", e.name) for e in entries)
+
+
+def check_comparison_dir(spec, spec_path: str, output_dir: str | None) -> Path:
+    """The comparison's directory (``output_dir``, else the spec's ``output_dir`` + ``-paired``), checked before any
+    teacher or arm is trained: new, empty or a paired comparison's (:func:`is_comparison_dir`).
+
+    Raises:
+        UserError: it holds other files or another kind of toolkit output.
+    """
+    from ..fileio import check_output_dir
+
+    out_dir = Path(output_dir or f"{spec.output_dir}-paired")
+    return check_output_dir(out_dir, "--output-dir" if output_dir else f"{spec_path}: field 'output_dir' (+ '-paired')",
+                            "comparison", recognised=is_comparison_dir)
+
+
 def arm_spec(spec, arm: str, seed: int):
     """The student spec of one (arm, seed): the spec's alpha for the distilled arm, 0 for the gold-only one, and
     ``seed`` for the run (initialisation of new heads, dropout masks, schedule and data order)."""
@@ -190,7 +217,7 @@ def run_comparison(spec, spec_path: str, *, seeds: int, data_dir, teachers_dir: 
     from pathlib import Path
 
     from ..errors import ConfigError
-    from ..fileio import write_atomic, write_json_atomic
+    from ..fileio import claim_output_dir, write_atomic, write_json_atomic
     from ..tasks.data import load_split
     from ..training.runs import read_metrics
     from . import student, teachers
@@ -201,7 +228,7 @@ def run_comparison(spec, spec_path: str, *, seeds: int, data_dir, teachers_dir: 
     if not spec.distill:
         raise ConfigError(f"{spec_path}: field 'distill': no task to distil, so nothing to compare")
     check_comparable(spec, spec_path)
-    out_dir = Path(output_dir or f"{spec.output_dir}-paired")
+    out_dir = check_comparison_dir(spec, spec_path, output_dir)
     seed_list = [spec.train.seed + i for i in range(seeds)]
     tasks = student.student_tasks(spec, spec_path)
     teacher_dir = Path(teachers_dir or spec.teachers)
@@ -212,6 +239,7 @@ def run_comparison(spec, spec_path: str, *, seeds: int, data_dir, teachers_dir: 
         raw = load_split(tasks[name], "dev", Path(data_dir))
         gold[name] = {ex.id: ex.label for ex in raw.examples}
         metrics[name] = tasks[name].metric_names[0]
+    claim_output_dir(out_dir, "comparison")
     for seed in seed_list:
         for arm in (DISTILLED, GOLD_ONLY):
             run_dir = out_dir / f"seed-{seed}" / arm

@@ -162,12 +162,13 @@ def write_outputs(path: Path, ids: list[str], outputs: np.ndarray | PieceOutputs
                                       "logits": datasets.List(datasets.Value("float32"), length=outputs.shape[1])})
         ds = datasets.Dataset.from_dict({"id": ids, "logits": outputs}, features=features)
     make_dir(path.parent)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    # .<name>.<pid>.<random>: a rerun of the teacher build removes it if this process is killed while writing
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.{os.getpid()}.", dir=path.parent))
     os.chmod(tmp, default_mode(directory=True))  # mkdtemp gives 0700
     try:
         ds.save_to_disk(str(tmp))
         write_json_atomic(tmp / FINGERPRINT_FILE, fingerprint)
-        old = path.with_name(f".{path.name}.old")
+        old = path.with_name(f".{path.name}.{os.getpid()}.replaced")
         if path.exists():
             os.replace(path, old)
         os.replace(tmp, path)

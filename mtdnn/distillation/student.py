@@ -27,7 +27,7 @@ from torch.utils.data import DataLoader
 
 from . import teachers
 from ..errors import ConfigError
-from ..fileio import prepare_output_dir, write_atomic, write_json_atomic, write_yaml_atomic, yaml_float
+from ..fileio import write_atomic, write_json_atomic, write_yaml_atomic, yaml_float
 from ..training.lightning import MultiTaskDataModule, MultiTaskModule
 from ..modeling.losses import DISTILLATION_LOSSES
 from . import piece_targets
@@ -35,12 +35,14 @@ from .soft_targets import align, batch_targets, read_manifest, teacher_outputs
 from .specs import FinetuneSpec, Spec, TeacherSpec
 from ..tasks.taskdef import TaskDef, load_task_defs, select_tasks
 from ..training.config import TrainConfig
-from ..training.runs import Run
+from ..training.runs import Run, check_run_dir
 
 log = logging.getLogger("mtdnn.distill")
 
 REPORT_JSON, REPORT_MD = "report.json", "report.md"
 INIT_ENCODER_DIR = "init_encoder"
+STUDENT_ENTRIES = frozenset({REPORT_JSON, REPORT_MD, INIT_ENCODER_DIR})
+"""What a student run writes beside a training run's files (replaced with them)."""
 
 
 # ----------------------------------------------------------------------------------------------------- spec
@@ -469,8 +471,7 @@ def distill(spec: StudentSpec, spec_path: str, teacher_spec: TeacherSpec | None 
         check_covered(spec, spec_path, list(read_manifest(teacher_dir)["tasks"]), teacher_dir)
     for task in tasks.values():
         check_files(task, [s for s in ("train", "dev") if s in task.splits], data_dir)
-    prepare_output_dir(output_dir or spec.output_dir,
-                       "--output-dir" if output_dir else f"{spec_path}: field 'output_dir'")
+    check_run_dir(output_dir or spec.output_dir, "--output-dir" if output_dir else f"{spec_path}: field 'output_dir'")
 
     # 2. With a teacher spec, the teachers are built (or resumed) now (per-piece soft targets: once the student's
     # tokenizer is known to be the members').
@@ -507,7 +508,7 @@ def train_student(spec: StudentSpec, spec_path: str, tasks: dict[str, TaskDef], 
     from ..modeling.model import load_encoder, load_tokenizer
     from ..modeling.heads import resolve_pooling
     from ..training.config import RESOLVED_KEY
-    from ..training.runs import CONFIG_FILE, prepare_run_dir
+    from ..training.runs import CONFIG_FILE, RUN_ENTRIES, lock_run_dir, prepare_run_dir
     from ..training.trainer import (check_eval_interval, check_loggers, copy_matching_heads, datamodule_for,
                                     fit_and_export, is_global_zero, log_pooling)
 
@@ -540,37 +541,44 @@ def train_student(spec: StudentSpec, spec_path: str, tasks: dict[str, TaskDef], 
     check_loggers(config)
     datamodule = datamodule_for(config, tasks, tokenizer, DistillationDataModule, soft_targets=soft_targets)
     encoder = source
+    lock = None
     if is_global_zero():
         datamodule.prepare_data()
         check_eval_interval(config, datamodule)
-        prepare_run_dir(run_dir, overwrite)
-        resolved = {"command": "distill", "spec": str(spec_path), "student": spec.model_dump(mode="json"),
-                    "teachers": str(teacher_dir) if teacher_dir else None, "from_run": mt_run, "encoder": source,
-                    "tasks": {n: t.to_plain() for n, t in tasks.items()}}
-        write_yaml_atomic(run_dir / CONFIG_FILE, {**config.to_yaml_dict(), RESOLVED_KEY: resolved})
+        lock = lock_run_dir(run_dir)  # one writer per run directory (a second student on it is refused)
+    try:
+        if lock is not None:
+            prepare_run_dir(run_dir, overwrite, entries=RUN_ENTRIES | STUDENT_ENTRIES)
+            resolved = {"command": "distill", "spec": str(spec_path), "student": spec.model_dump(mode="json"),
+                        "teachers": str(teacher_dir) if teacher_dir else None, "from_run": mt_run, "encoder": source,
+                        "tasks": {n: t.to_plain() for n, t in tasks.items()}}
+            write_yaml_atomic(run_dir / CONFIG_FILE, {**config.to_yaml_dict(), RESOLVED_KEY: resolved})
+            if truncated is not None:
+                truncated.save_pretrained(run_dir / INIT_ENCODER_DIR)
+                tokenizer.save_pretrained(run_dir / INIT_ENCODER_DIR)
         if truncated is not None:
-            truncated.save_pretrained(run_dir / INIT_ENCODER_DIR)
-            tokenizer.save_pretrained(run_dir / INIT_ENCODER_DIR)
-    if truncated is not None:
-        encoder = str((run_dir / INIT_ENCODER_DIR).resolve())
+            encoder = str((run_dir / INIT_ENCODER_DIR).resolve())
 
-    # 2. Train with the multi-task trainer: the Trainer set-up of mtdnn.train.main (best.ckpt by the dev average,
-    # last.ckpt every epoch, the fault and SIGTERM callbacks).
-    pl.seed_everything(cfg.seed, workers=True, verbose=False)
-    module = DistillationModule(encoder, {n: t.to_plain() for n, t in tasks.items()}, distill_tasks=distill,
-                                temperature=spec.temperature, alpha=spec.alpha, lr=cfg.lr,
-                                weight_decay=cfg.weight_decay, warmup_ratio=cfg.warmup_ratio)
-    log_pooling(asked, module.model)
-    if heads_from is not None:
-        copied = copy_matching_heads(module.model, heads_from, tasks)
-        log.info("student initialised from %s: encoder and heads of %s", heads_from, ", ".join(copied) or "no task")
-    if config.compile:
-        module.model.encoder.compile(backend=config.compile)  # in place, as mtdnn.train does
-    summary = fit_and_export(module, datamodule, tasks, tokenizer, run_dir, config, source_encoder=source)
-    if summary is None:  # ranks other than 0
-        return Run(run_dir)
-    report = student_report(teacher_report, summary["best"], distill, spec.gold, tasks, run_dir, spec)
-    write_json_atomic(run_dir / REPORT_JSON, report)
-    markdown = render_report(report, f"Distillation: {run_dir} (T = {spec.temperature:g}, alpha = {spec.alpha:g})")
-    write_atomic(run_dir / REPORT_MD, markdown)
+        # 2. Train with the multi-task trainer: the Trainer set-up of mtdnn.train.main (best.ckpt by the dev average,
+        # last.ckpt every epoch, the fault and SIGTERM callbacks).
+        pl.seed_everything(cfg.seed, workers=True, verbose=False)
+        module = DistillationModule(encoder, {n: t.to_plain() for n, t in tasks.items()}, distill_tasks=distill,
+                                    temperature=spec.temperature, alpha=spec.alpha, lr=cfg.lr,
+                                    weight_decay=cfg.weight_decay, warmup_ratio=cfg.warmup_ratio)
+        log_pooling(asked, module.model)
+        if heads_from is not None:
+            copied = copy_matching_heads(module.model, heads_from, tasks)
+            log.info("student initialised from %s: encoder and heads of %s", heads_from, ", ".join(copied) or "no task")
+        if config.compile:
+            module.model.encoder.compile(backend=config.compile)  # in place, as mtdnn.train does
+        summary = fit_and_export(module, datamodule, tasks, tokenizer, run_dir, config, source_encoder=source)
+        if summary is None:  # ranks other than 0
+            return Run(run_dir)
+        report = student_report(teacher_report, summary["best"], distill, spec.gold, tasks, run_dir, spec)
+        write_json_atomic(run_dir / REPORT_JSON, report)
+        markdown = render_report(report, f"Distillation: {run_dir} (T = {spec.temperature:g}, alpha = {spec.alpha:g})")
+        write_atomic(run_dir / REPORT_MD, markdown)
+    finally:
+        if lock is not None:
+            lock.release()
     return Run(run_dir)

@@ -41,7 +41,8 @@ import torch
 
 from . import piece_targets, soft_targets
 from ..errors import CheckpointError, ConfigError
-from ..fileio import prepare_output_dir, read_json, write_atomic, write_json_atomic, write_yaml_atomic
+from ..fileio import (DirectoryLock, check_output_dir, claim_output_dir, read_json, remove_stale_temporaries,
+                      write_atomic, write_json_atomic, write_yaml_atomic)
 from .calibration import classification_summary, regression_summary, temperature_scaling
 from .folds import FOLD_SPLIT, fold_task, fold_task_defs, fold_task_defs_path
 from .soft_targets import MANIFEST_FILE, member_dir, read_manifest
@@ -431,7 +432,8 @@ def build(spec: TeacherSpec, spec_path: str, data_dir: Path, from_run: str | Non
     teacher_dir = Path(output_dir or spec.output_dir)
     if run_path.is_relative_to(teacher_dir.resolve()):
         raise ConfigError(f"{spec_path}: field 'from_run': {run} is inside the teacher directory {teacher_dir}")
-    prepare_output_dir(teacher_dir, "--teachers-dir" if output_dir else f"{spec_path}: field 'output_dir'")
+    teacher_flag = "--teachers-dir" if output_dir else f"{spec_path}: field 'output_dir'"
+    check_output_dir(teacher_dir, teacher_flag, "teachers", recognised=lambda d: (d / MANIFEST_FILE).is_file())
     for task in tasks.values():
         check_files(task, ["train", "dev"], data_dir)
     data = {n: {s: soft_targets.data_fingerprint(t, s, data_dir)["digest"] for s in ("train", "dev")}
@@ -467,51 +469,57 @@ def build(spec: TeacherSpec, spec_path: str, data_dir: Path, from_run: str | Non
             plan.append((task, k, fold, member, settings, run_dir, sidecar, retrain))
 
     # 2. The resolved spec, then each member: train (unless complete), then cache its outputs.
-    manifest = {"spec": str(spec_path), "task_defs": str(Path(spec.task_defs).resolve()), "from_run": str(run_path),
-                "encoder": encoder, "data_dir": str(data_dir), "finetune": spec.finetune.model_dump(),
-                "cross_fit": {"k": spec.cross_fit, "seed": spec.fold_seed} if spec.cross_fit else None,
-                "tasks": {n: {"members": [{"member": k, **member, **({"fold": fold} if fold else {})}
-                                          for k, fold, member in enumerate_members(spec)]}
-                          for n in tasks}}
-    write_yaml_atomic(teacher_dir / MANIFEST_FILE, manifest)
-    for (name, fold), ftask in fold_tasks.items():
-        write_yaml_atomic(fold_task_defs_path(teacher_dir, name, fold), fold_task_defs(ftask))
-    device = _inference_device((lightning or {}).get("accelerator", "auto"))
-    for task, k, fold, member, settings, run_dir, sidecar, retrain in plan:
-        if read_metrics(run_dir) is None or retrain:
-            write_json_atomic(sidecar, settings)
-            log.info("teacher %s member %d%s: fine-tuning from %s (%s)", task.name, k,
-                     f" (fold {fold} of {spec.cross_fit} held out)" if fold else "", run_path,
-                     ", ".join(f"{key} {v}" for key, v in member.items() if v is not None))
-            defs = str(fold_task_defs_path(teacher_dir, task.name, fold)) if fold else None
-            config = member_config(spec, task.name, member, data_dir, encoder, run_path, run_dir, lightning, defs)
-            try:
-                train.fit(config, overwrite=retrain)
-            finally:
-                gc.collect()  # the member's Trainer and model, before the next one is built
-        else:
-            log.info("teacher %s member %d: complete, reused (%s)", task.name, k, run_dir)
-        export = run_dir / "export"
-        member_fp = {"version": soft_targets.CACHE_VERSION, "member_export": soft_targets.export_digest(export),
-                     "tokenizer": tokenizer_fingerprint(load_tokenizer(str(export / "encoder"))),
-                     "max_length": spec.finetune.max_length}
-        for split in ("train", "dev"):
-            # a cross-fitted member's "train" outputs are those of its held-out fold (never rows it trained on)
-            source = FOLD_SPLIT if fold and split == "train" else split
-            digest = data[task.name][f"fold-{fold}"][FOLD_SPLIT] if source == FOLD_SPLIT else data[task.name][split]
-            path = soft_targets.logits_dir(teacher_dir, task.name, k, split)
-            wanted = {**member_fp, "data": digest}
-            stored = soft_targets.read_fingerprint(path)
-            if stored is not None and all(stored.get(key) == v for key, v in wanted.items()):
-                continue  # cached outputs of this member on this data: reused
-            log.info("teacher %s member %d: outputs on %s", task.name, k, source)
-            ids, outputs = soft_targets.member_outputs(export, task.name, source, data_dir,
-                                                       spec.finetune.eval_batch_size, spec.finetune.max_length, device)
-            soft_targets.write_outputs(path, ids, outputs, {**wanted, "task": task.name, "split": split, "member": k,
-                                                            "fold": fold, "count": len(ids)})
-        if not (lightning or {}).get("keep_last_checkpoint"):
-            # a member is used through its export and cached outputs only; its checkpoints are most of its disk
-            shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+    # One build per teacher directory at a time; what a killed build left (soft-target temporaries) is removed.
+    lock = DirectoryLock(claim_output_dir(teacher_dir, "teachers"), teacher_flag)
+    remove_stale_temporaries(teacher_dir, locked=True, recursive=True)
+    try:
+        manifest = {"spec": str(spec_path), "task_defs": str(Path(spec.task_defs).resolve()), "from_run": str(run_path),
+                    "encoder": encoder, "data_dir": str(data_dir), "finetune": spec.finetune.model_dump(),
+                    "cross_fit": {"k": spec.cross_fit, "seed": spec.fold_seed} if spec.cross_fit else None,
+                    "tasks": {n: {"members": [{"member": k, **member, **({"fold": fold} if fold else {})}
+                                              for k, fold, member in enumerate_members(spec)]}
+                              for n in tasks}}
+        write_yaml_atomic(teacher_dir / MANIFEST_FILE, manifest)
+        for (name, fold), ftask in fold_tasks.items():
+            write_yaml_atomic(fold_task_defs_path(teacher_dir, name, fold), fold_task_defs(ftask))
+        device = _inference_device((lightning or {}).get("accelerator", "auto"))
+        for task, k, fold, member, settings, run_dir, sidecar, retrain in plan:
+            if read_metrics(run_dir) is None or retrain:
+                write_json_atomic(sidecar, settings)
+                log.info("teacher %s member %d%s: fine-tuning from %s (%s)", task.name, k,
+                         f" (fold {fold} of {spec.cross_fit} held out)" if fold else "", run_path,
+                         ", ".join(f"{key} {v}" for key, v in member.items() if v is not None))
+                defs = str(fold_task_defs_path(teacher_dir, task.name, fold)) if fold else None
+                config = member_config(spec, task.name, member, data_dir, encoder, run_path, run_dir, lightning, defs)
+                try:
+                    train.fit(config, overwrite=retrain)
+                finally:
+                    gc.collect()  # the member's Trainer and model, before the next one is built
+            else:
+                log.info("teacher %s member %d: complete, reused (%s)", task.name, k, run_dir)
+            export = run_dir / "export"
+            member_fp = {"version": soft_targets.CACHE_VERSION, "member_export": soft_targets.export_digest(export),
+                         "tokenizer": tokenizer_fingerprint(load_tokenizer(str(export / "encoder"))),
+                         "max_length": spec.finetune.max_length}
+            for split in ("train", "dev"):
+                # a cross-fitted member's "train" outputs are those of its held-out fold (never rows it trained on)
+                source = FOLD_SPLIT if fold and split == "train" else split
+                digest = data[task.name][f"fold-{fold}"][FOLD_SPLIT] if source == FOLD_SPLIT else data[task.name][split]
+                path = soft_targets.logits_dir(teacher_dir, task.name, k, split)
+                wanted = {**member_fp, "data": digest}
+                stored = soft_targets.read_fingerprint(path)
+                if stored is not None and all(stored.get(key) == v for key, v in wanted.items()):
+                    continue  # cached outputs of this member on this data: reused
+                log.info("teacher %s member %d: outputs on %s", task.name, k, source)
+                ids, outputs = soft_targets.member_outputs(export, task.name, source, data_dir,
+                                                           spec.finetune.eval_batch_size, spec.finetune.max_length, device)
+                soft_targets.write_outputs(path, ids, outputs, {**wanted, "task": task.name, "split": split, "member": k,
+                                                                "fold": fold, "count": len(ids)})
+            if not (lightning or {}).get("keep_last_checkpoint"):
+                # a member is used through its export and cached outputs only; its checkpoints are most of its disk
+                shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+    finally:
+        lock.release()
 
     # 3. Members' and ensemble's dev scores, disagreement.
     report = summarize(teacher_dir, tasks, data_dir)

@@ -90,12 +90,30 @@ class TrainedModel:
         return f"TrainedModel({str(self.loaded.model_dir)!r}, tasks={list(self.tasks)})"
 
 
-def load(path: str | Path, checkpoint: str | None = None, device: str = "auto") -> TrainedModel:
+def load(path: str | Path, checkpoint: str | None = None, device: str = "auto", *,
+         trust_remote_code: bool = False) -> TrainedModel:
     """Load a complete run directory (its best checkpoint, or ``checkpoint``) or an export directory.
+
+    Args:
+        trust_remote_code: let the encoder's folder run code of its own; never taken from the run's files (see
+            :func:`mtdnn.training.inference.check_remote_code`).
 
     Raises:
         CheckpointError: no such directory, an incomplete run, a missing or damaged checkpoint.
+        ConfigError: an argument of the wrong type; an encoder asking for remote code without the keyword.
     """
-    from ..training.inference import load_model
+    import os
 
-    return TrainedModel(load_model(path, checkpoint), device)
+    from ..errors import check_bools
+    from ..training.inference import load_model, resolve_device
+
+    if not isinstance(path, (str, os.PathLike)):
+        raise ConfigError(f"load(path): expected a run or export directory as a str or Path (got "
+                          f"{type(path).__name__} {path!r:.40})")
+    if checkpoint is not None and not isinstance(checkpoint, (str, os.PathLike)):
+        raise ConfigError(f"load(checkpoint=): expected a path or None (got {type(checkpoint).__name__})")
+    if not isinstance(device, str):
+        raise ConfigError(f"load(device=): expected a device name such as 'cpu' (got {type(device).__name__})")
+    check_bools("load()", trust_remote_code=trust_remote_code)
+    resolve_device(device)
+    return TrainedModel(load_model(path, checkpoint, trust_remote_code), device)

@@ -219,7 +219,9 @@ def output_path(output: str | None, task: TaskDef, split: str, fmt: str) -> Path
     """The file to write: ``output`` itself, or a file named for the task inside a directory; None: stdout."""
     if output is None:
         return None
-    path = Path(output)
+    from ..fileio import check_name_lengths
+
+    path = check_name_lengths(output, "--output")  # before any stat: a name over 255 bytes is an OSError there
     if not (output.endswith(("/", "\\")) or path.is_dir()):
         return path
     if fmt == "glue":

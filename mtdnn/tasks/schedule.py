@@ -103,10 +103,17 @@ class MultiTaskBatchSampler(torch.utils.data.Sampler):
         return [max(1, round(math.ceil(len(t.lengths) / self.batch_size) * t.sampling_weight)) for t in self.tasks]
 
     def task_probabilities(self) -> list[float]:
-        """p_t for the sampling schedules: proportional to (sampling_weight * n_t)^(1/T); uniform: 1/K."""
+        """p_t for the sampling schedules: proportional to (sampling_weight * n_t)^(1/T); uniform: 1/K.
+
+        Computed in log space, p_t = softmax_t(log(w_t n_t) / T), so that no power overflows: a tiny T gives
+        the largest task (almost) every step, its limit, instead of an OverflowError.
+        """
         if self.schedule == "uniform":
             return [1.0 / len(self.tasks)] * len(self.tasks)
-        sizes = [(len(t.lengths) * t.sampling_weight) ** (1.0 / self.temperature) for t in self.tasks]
+        logs = [math.log(m) / self.temperature if (m := len(t.lengths) * t.sampling_weight) > 0 else -math.inf
+                for t in self.tasks]
+        top = max(logs)
+        sizes = [math.exp(v - top) for v in logs]
         return [s / sum(sizes) for s in sizes]
 
     def _stream(self, t: int, epoch: int) -> Iterator[list[int]]:

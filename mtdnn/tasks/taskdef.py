@@ -22,6 +22,8 @@ offending value (:class:`mtdnn.errors.ConfigError`). Only the selected tasks' *f
 
 from __future__ import annotations
 
+import re
+
 from pathlib import Path
 from typing import Literal
 
@@ -342,6 +344,31 @@ def _format_error(source: str, task: str | None, err: ValidationError) -> str:
     return "\n".join(lines)
 
 
+TASK_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
+"""A task name: a letter, then up to 63 letters, digits, ``_`` or ``-``: it names heads (torch's ``ModuleDict``
+refuses a ``.``), metrics, files and directories (``predict``'s outputs, teacher caches)."""
+
+
+def check_task_name(name: object, source: str) -> str:
+    """``name`` if it is a valid task name (:data:`TASK_NAME`, and not an attribute of torch's ``ModuleDict``
+    such as ``keys`` or ``training``, which cannot key a head).
+
+    Raises:
+        ConfigError: naming the file, the task and the rule.
+    """
+    text = str(name)
+    if not TASK_NAME.fullmatch(text):
+        raise ConfigError(f"{source}: task {text[:80]!r}: a task name is a letter followed by up to 63 letters, "
+                          "digits, '_' or '-' (no '.', '/' or spaces): rename it, e.g. "
+                          f"{re.sub(r'[^A-Za-z0-9_-]', '_', text)[:64]!r}")
+    import torch.nn
+
+    if hasattr(torch.nn.ModuleDict(), text):
+        raise ConfigError(f"{source}: task '{text}': the name is reserved (an attribute of the model's head "
+                          "container); rename the task")
+    return text
+
+
 def parse_tasks(raw: object, source: str) -> dict[str, TaskDef]:
     """Validate a parsed task-definition document into ``{name: TaskDef}``.
 
@@ -357,6 +384,7 @@ def parse_tasks(raw: object, source: str) -> dict[str, TaskDef]:
         raise ConfigError(f"{source}: expected one top-level key 'tasks' mapping names to definitions (got {keys})")
     tasks: dict[str, TaskDef] = {}
     for name, body in raw["tasks"].items():
+        check_task_name(name, source)
         if not isinstance(body, dict):
             raise ConfigError(f"{source}: task '{name}': expected a mapping of fields (got {body!r})")
         try:

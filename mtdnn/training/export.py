@@ -24,6 +24,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from safetensors import SafetensorError
 from safetensors.torch import save_file
 
 from ..errors import CheckpointError, ConfigError, UserError
@@ -54,7 +55,8 @@ def export_model(model: MultiTaskModel, tokenizer, tasks: dict[str, TaskDef], ou
     tasks = resolve_pooling(tasks, model.encoder)
     out_dir = Path(out_dir)
     make_dir(out_dir.parent)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    # .export.<pid>.<random>: removed by the next run's lock_run_dir if this process is killed while writing
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.{os.getpid()}.", dir=out_dir.parent))
     os.chmod(tmp, default_mode(directory=True))
     try:
         model.encoder.save_pretrained(tmp / "encoder")
@@ -72,9 +74,10 @@ def export_model(model: MultiTaskModel, tokenizer, tasks: dict[str, TaskDef], ou
         if out_dir.exists():
             shutil.rmtree(out_dir)
         os.replace(tmp, out_dir)
-    except OSError as err:
+    except (OSError, SafetensorError) as err:  # a full disk inside safetensors is a SafetensorError, not an OSError
         shutil.rmtree(tmp, ignore_errors=True)
-        raise UserError(f"{out_dir}: cannot write the export ({err.strerror})") from None
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+        raise UserError(f"{out_dir}: cannot write the export ({reason}); nothing was replaced") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -23,6 +23,7 @@ import torch
 
 from ..tasks.data import TokenizedSplit, collate, resolve_data_dir
 from ..errors import CheckpointError, ConfigError
+from ..fileio import read_json
 from .export import is_export_dir, load_export
 from ..modeling.metrics import update_metrics
 from ..modeling.model import MultiTaskModel, load_encoder, load_tokenizer
@@ -108,13 +109,47 @@ def eval_settings(settings: dict, run_dir: Path) -> dict:
             "limit_eval_examples": integer("limit_eval_examples", None, 1)}
 
 
-def _load_run(run_dir: Path, checkpoint: str | None) -> LoadedModel:
+REMOTE_CODE_FLAG = "--trust-remote-code (trust_remote_code=True)"
+
+
+def check_remote_code(encoder: str | Path, trust_remote_code: bool, asked_by: str | None = None) -> None:
+    """Refuse to load an encoder folder that would run code of its own, unless this invocation allows it.
+
+    ``trust_remote_code`` comes from the command's ``--trust-remote-code`` flag or the API's keyword only: never from
+    a checkpoint, an export, a ``config.yaml`` or a spec (a received run directory must not run its code). A folder
+    asks for code when its ``config.json`` or ``tokenizer_config.json`` has an ``auto_map``.
+
+    Args:
+        asked_by: a file that asked for remote code (a checkpoint's ``hyper_parameters``), named in the message.
+
+    Raises:
+        ConfigError: the folder (or ``asked_by``) asks for remote code and ``trust_remote_code`` is false.
+    """
+    if trust_remote_code:
+        return
+    if asked_by is not None:
+        raise ConfigError(f"{asked_by}: the run was trained with trust_remote_code; its encoder's code runs only "
+                          f"when this command is given {REMOTE_CODE_FLAG}")
+    folder = Path(encoder)
+    for name in ("config.json", "tokenizer_config.json"):
+        path = folder / name
+        if not path.is_file():
+            continue
+        raw = read_json(path, CheckpointError, "encoder configuration")
+        if isinstance(raw, dict) and raw.get("auto_map"):
+            raise ConfigError(f"{path}: asks to run code of its own (auto_map: "
+                              f"{', '.join(map(str, raw['auto_map']))[:120]}); it runs only when this command is "
+                              f"given {REMOTE_CODE_FLAG}: a run, export or config file cannot ask for it")
+
+
+def _load_run(run_dir: Path, checkpoint: str | None, trust_remote_code: bool = False) -> LoadedModel:
     metrics = complete_run(run_dir)
     settings, resolved = read_run_config(run_dir)
     path = _checkpoint_path(run_dir, checkpoint, metrics)
     if checkpoint is None and not path.is_file() and is_export_dir(run_dir / EXPORT_DIR):
         # a teacher member keeps its export only (its checkpoints are removed to save disk): the same weights
-        model, tokenizer, tasks = load_export(run_dir / EXPORT_DIR)
+        check_remote_code(run_dir / EXPORT_DIR / "encoder", trust_remote_code)
+        model, tokenizer, tasks = load_export(run_dir / EXPORT_DIR, trust_remote_code)
         return LoadedModel(model, tokenizer, tasks, run_dir, str(run_dir / EXPORT_DIR),
                            **eval_settings(settings, run_dir))
     state = load_checkpoint_file(path)
@@ -126,7 +161,11 @@ def _load_run(run_dir: Path, checkpoint: str | None) -> LoadedModel:
     # The architecture and tokenizer come from the run's export (always local); the weights from the checkpoint.
     export_encoder = run_dir / EXPORT_DIR / "encoder"
     encoder_name = str(export_encoder if export_encoder.is_dir() else hparams.get("encoder", resolved.get("encoder")))
-    trust = bool(hparams.get("trust_remote_code", False))
+    # trust_remote_code is this invocation's flag only; the checkpoint saying it was trained with it is not enough
+    check_remote_code(encoder_name, trust_remote_code, str(path) if hparams.get("trust_remote_code") else None)
+    if Path(encoder_name).is_dir():
+        check_remote_code(encoder_name, trust_remote_code)
+    trust = trust_remote_code
     model = MultiTaskModel(load_encoder(encoder_name, trust), tasks)
     try:
         model.load_state_dict({k.removeprefix("model."): v for k, v in weights.items() if k.startswith("model.")})
@@ -155,24 +194,28 @@ def resolve_device(name: str) -> str:
     return name
 
 
-def load_model(path: str | Path, checkpoint: str | None = None) -> LoadedModel:
+def load_model(path: str | Path, checkpoint: str | None = None, trust_remote_code: bool = False) -> LoadedModel:
     """Load a trained model, on CPU in eval mode, from a complete run directory or an export directory.
 
     A run gives its best checkpoint (``metrics.json``'s ``best.checkpoint``) unless ``checkpoint`` names
     another (a path, or one relative to the run directory), and the evaluation settings of ``config.yaml``.
     An export needs nothing else: encoder, tokenizer, heads and task definitions are all inside it.
 
+    ``trust_remote_code``: this invocation's ``--trust-remote-code`` (:func:`check_remote_code`); an encoder that
+    asks to run code of its own is refused without it, whatever the run's files say.
+
     Raises:
         CheckpointError: no such directory, an incomplete run, a missing or damaged checkpoint.
-        ConfigError: ``checkpoint`` given with an export.
+        ConfigError: ``checkpoint`` given with an export; an encoder that asks for remote code without the flag.
     """
     path = Path(path)
     if is_export_dir(path):
         if checkpoint is not None:
             raise ConfigError(f"--checkpoint: {path} is an export (one model); checkpoints belong to run directories")
-        model, tokenizer, tasks = load_export(path)
+        check_remote_code(path / "encoder", trust_remote_code)
+        model, tokenizer, tasks = load_export(path, trust_remote_code)
         return LoadedModel(model, tokenizer, tasks, path, str(path))
-    return _load_run(path, checkpoint)
+    return _load_run(path, checkpoint, trust_remote_code)
 
 
 @torch.inference_mode()
@@ -189,6 +232,8 @@ def predict_outputs(model: MultiTaskModel, task: TaskDef, split: TokenizedSplit,
     With ``progress`` (a label such as ``"rte dev"``), a line says what is scored and, on a terminal, a progress
     bar counts the batches (on stderr).
     """
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ConfigError(f"batch size: expected a positive integer (got {batch_size!r:.40})")
     batches = EvalBatchSampler(split.lengths, batch_size)
     if progress:
         import sys

@@ -24,8 +24,9 @@ from typing import Any
 import torch
 from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 
-from ..errors import CheckpointError, UserError
-from ..fileio import (default_mode, make_dir, prepare_output_dir, read_checkpoint, read_json,  # noqa: F401
+from ..errors import CheckpointError, Diverged, UserError
+from ..fileio import (OUTPUT_RECORD, DirectoryLock, check_output_dir, claim_output_dir, default_mode,  # noqa: F401
+                      make_dir, prepare_output_dir, read_checkpoint, read_json, remove_stale_temporaries,
                       write_atomic, write_json_atomic)
 
 METRICS_FILE = "metrics.json"
@@ -33,6 +34,54 @@ CONFIG_FILE = "config.yaml"
 SCHEDULE_FILE = "schedule.json"
 EXPORT_DIR = "export"
 CHECKPOINT_DIR = "checkpoints"
+LOGS_DIR = "logs"
+CARVES_FILE = "carves.json"
+
+RUN_ENTRIES = frozenset({CONFIG_FILE, CHECKPOINT_DIR, LOGS_DIR, SCHEDULE_FILE, EXPORT_DIR, METRICS_FILE, CARVES_FILE,
+                         OUTPUT_RECORD})
+"""What a training run writes at the top of its directory; replacing a run removes these and nothing else (a
+student adds its own: :func:`prepare_run_dir`'s ``entries``)."""
+
+DIVERGED_EXIT_CODE = 3
+"""Exit code of a run that diverged (a non-finite loss, gradient norm, weight or dev score); 2 is bad input."""
+
+RUN_COMMANDS = frozenset({"train", "distill"})
+"""The ``resolved.command`` of a run directory's ``config.yaml`` written by this toolkit."""
+
+
+def is_run_dir(directory: str | Path) -> bool:
+    """Whether ``directory`` is a training run directory of this toolkit: its ``config.yaml`` has this toolkit's
+    ``resolved.command`` (also a run written before run directories had a record file, or an interrupted one)."""
+    path = Path(directory) / CONFIG_FILE
+    if not path.is_file():
+        return False
+    try:
+        _, resolved = read_run_config(directory)
+    except UserError:
+        return False
+    return resolved.get("command") in RUN_COMMANDS
+
+
+def check_run_dir(run_dir: str | Path, flag: str = "--output-dir") -> Path:
+    """Before any work: ``run_dir`` is new, empty, or a run directory of this toolkit (:func:`is_run_dir`).
+
+    Raises:
+        UserError: the directory holds other files (:func:`mtdnn.fileio.check_output_dir`), naming it.
+    """
+    return check_output_dir(run_dir, flag, "run", recognised=is_run_dir)
+
+
+def lock_run_dir(run_dir: str | Path, flag: str = "--output-dir") -> DirectoryLock:
+    """Take ``run_dir``'s lock (global rank zero only) and remove what a killed run left there: temporaries of
+    atomic writes (``metrics.json.<pid>.<random>.tmp``, ``.export.<pid>.<random>``, checkpoints' partial files).
+
+    Raises:
+        UserError: another process is writing in ``run_dir`` (naming its pid).
+    """
+    lock = DirectoryLock(run_dir, flag)
+    remove_stale_temporaries(run_dir, locked=True)
+    remove_stale_temporaries(Path(run_dir) / CHECKPOINT_DIR, locked=True)
+    return lock
 
 
 def read_metrics(run_dir: str | Path) -> dict | None:
@@ -48,27 +97,31 @@ def read_metrics(run_dir: str | Path) -> dict | None:
     return metrics if complete else None
 
 
-def prepare_run_dir(run_dir: str | Path, overwrite: bool, resume: bool = False) -> Path:
-    """Create ``run_dir`` for a new run.
+def prepare_run_dir(run_dir: str | Path, overwrite: bool, resume: bool = False,
+                    entries: frozenset[str] = RUN_ENTRIES) -> Path:
+    """Create ``run_dir`` for a new run (the caller holds its lock, :func:`lock_run_dir`).
 
     A directory holding a complete run is refused unless ``overwrite``; with ``overwrite`` (or when it holds an
-    interrupted run and ``resume`` is false) its contents are removed first.
+    interrupted run and ``resume`` is false) what a run writes there (``entries``) is removed first, and nothing
+    else: a directory that is not a run of this toolkit is refused before (:func:`check_run_dir`).
 
     Raises:
         CheckpointError: the directory holds a complete run and ``overwrite`` is false.
+        UserError: the directory holds files that are not a run's.
     """
     run_dir = Path(run_dir)
     if read_metrics(run_dir) is not None and not overwrite:
         raise CheckpointError(f"{run_dir}: holds a complete run (metrics.json); pass --overwrite (mtdnn.fit: "
                               "overwrite=True) to replace it, or choose another --output-dir (output_dir)")
-    prepare_output_dir(run_dir, "--output-dir")
+    check_run_dir(run_dir)
     if run_dir.exists() and (overwrite or not resume):
         try:
             for child in run_dir.iterdir():
-                shutil.rmtree(child) if child.is_dir() else child.unlink()
+                if child.name in entries:
+                    shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
         except OSError as err:
             raise UserError(f"{run_dir}: cannot empty the run directory ({err.strerror}: {err.filename})") from None
-    return make_dir(run_dir)
+    return claim_output_dir(run_dir, "run")
 
 
 def complete_run(run_dir: str | Path) -> dict:
@@ -94,19 +147,20 @@ def check_finite_run(state_dict: dict, history: list[dict], source: str | Path) 
     check makes sure no path writes a diverged run's ``metrics.json`` with ``status: complete``.
 
     Raises:
-        CheckpointError: naming ``source`` and how many tensors or scores are non-finite.
+        Diverged: exit code 3, naming ``source`` and how many tensors or scores are non-finite.
     """
     bad = [k for k, v in state_dict.items()
            if torch.is_tensor(v) and v.is_floating_point() and not torch.isfinite(v).all()]
     if bad:
-        raise CheckpointError(f"{source}: training diverged: {len(bad)} of {len(state_dict)} weight tensors hold "
-                              f"NaN or inf (e.g. {bad[0]}); the run is not complete (no metrics.json). Lower --lr or "
-                              "set --gradient-clip, and start again")
+        raise Diverged(f"{source}: training diverged: {len(bad)} of {len(state_dict)} weight tensors hold NaN or inf "
+                       f"(e.g. {bad[0]}); the run is not complete (no metrics.json). Lower --lr or --weight-decay, "
+                       "keep --gradient-clip on, and start again", DIVERGED_EXIT_CODE)
     scores = [(h.get("epoch"), h.get("average")) for h in history]
     bad_scores = [e for e, a in scores if not isinstance(a, (int, float)) or not math.isfinite(a)]
     if bad_scores:
-        raise CheckpointError(f"{source}: training diverged: the dev average of epoch(s) {bad_scores} is not a finite "
-                              "number; the run is not complete (no metrics.json)")
+        raise Diverged(f"{source}: training diverged: the dev average of epoch(s) {bad_scores} is not a finite number; "
+                       "the run is not complete (no metrics.json). Lower --lr or --weight-decay, keep --gradient-clip "
+                       "on, and start again", DIVERGED_EXIT_CODE)
 
 
 def config_differences(saved: Any, current: Any, prefix: str = "") -> list[tuple[str, Any, Any]]:
@@ -227,7 +281,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Any | None = None) -> None:
         path = Path(path)
         make_dir(path.parent)
-        tmp = path.with_name(f".{path.name}.tmp")
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.partial.tmp")  # removed by lock_run_dir after a kill
         try:
             with open(tmp, "wb") as f:
                 torch.save(checkpoint, f)

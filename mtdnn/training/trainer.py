@@ -19,8 +19,8 @@ import warnings
 from collections import Counter
 from pathlib import Path
 
-from ..errors import CheckpointError, ConfigError, Diverged, Interrupted
-from ..fileio import (append_lines, make_dir, prepare_output_dir, read_json, read_safetensors, read_yaml,
+from ..errors import CheckpointError, ConfigError, Diverged, Interrupted, check_bools
+from ..fileio import (append_lines, make_dir, read_json, read_safetensors, read_yaml,
                       write_json_atomic, write_yaml_atomic)
 from ..tasks.taskdef import TaskDef, load_task_defs, select_tasks
 from .config import LOGGERS, RESOLVED_KEY, TrainConfig
@@ -35,9 +35,23 @@ def default_output_dir(task_defs: str, tasks: list[str], seed: int, limit_train_
 
     A limited run (``limit_train_examples``/``limit_eval_examples``) gets its own directory, suffixed
     ``-limited-train<N>-dev<M>``, so that it never takes the place of a full run that teachers build from.
+    A name that would be longer than 255 bytes (many tasks) lists the first tasks, then the number of tasks and a
+    digest of the whole list: ``glue-cola-mnli-...-and-120-tasks-<sha1[:10]>-seed42``.
     """
+    import hashlib
+
+    from ..fileio import NAME_MAX
+
     limits = "".join(f"-{what}{n}" for what, n in (("train", limit_train_examples), ("dev", limit_eval_examples)) if n)
-    return Path("runs") / f"{Path(task_defs).stem}-{'-'.join(tasks)}-seed{seed}{'-limited' + limits if limits else ''}"
+    suffix = f"-seed{seed}{'-limited' + limits if limits else ''}"
+    stem = Path(task_defs).stem
+    name = f"{stem}-{'-'.join(tasks)}{suffix}"
+    if len(name.encode()) > NAME_MAX:
+        digest = hashlib.sha1("\n".join(tasks).encode()).hexdigest()[:10]
+        tail = f"-and-{len(tasks)}-tasks-{digest}{suffix}"
+        head = f"{stem}-{'-'.join(tasks)}".encode()[:NAME_MAX - len(tail.encode())].decode(errors="ignore")
+        name = head.rsplit("-", 1)[0] + tail
+    return Path("runs") / name
 
 
 def run_limits(run: str | Path) -> dict[str, int]:
@@ -457,10 +471,11 @@ def fit(config: TrainConfig, *, overwrite: bool = False, resume: bool = False) -
     from ..tasks.data import check_files, check_max_length, split_fingerprint
     from .export import resolve_export
     from .lightning import MultiTaskDataModule, MultiTaskModule
-    from .runs import CONFIG_FILE, prepare_run_dir
+    from .runs import CARVES_FILE, CONFIG_FILE, check_run_dir, lock_run_dir, prepare_run_dir
     from .speed import check_speed_flags, compile_encoder, set_sdpa_backend
 
     # 1. Validate everything that can be wrong before creating anything.
+    check_bools("fit()", overwrite=overwrite, resume=resume)
     if resume and overwrite:
         raise ConfigError("--resume and --overwrite contradict each other")
     config, tasks = resolve_config(config)
@@ -470,8 +485,7 @@ def fit(config: TrainConfig, *, overwrite: bool = False, resume: bool = False) -
                       accelerator=config.accelerator,
                       longest=config.max_length or max(t.max_length for t in tasks.values()),
                       pad_to_multiple_of=config.pad_to_multiple_of)
-    run_dir = Path(config.output_dir)
-    prepare_output_dir(run_dir, "--output-dir")
+    run_dir = check_run_dir(config.output_dir, "--output-dir")
     data_dir = Path(config.data_dir)
     for task in tasks.values():
         check_files(task, [s for s in ("train", "dev") if s in task.splits], data_dir)
@@ -500,6 +514,10 @@ def fit(config: TrainConfig, *, overwrite: bool = False, resume: bool = False) -
     if limit and limit > 0 and longest > limit:  # XLNet: -1 (relative positions, no limit)
         raise ConfigError(f"max length {longest} (--max-length or a task's max_length) exceeds the encoder's "
                           f"{limit} positions")
+    padded = math.ceil(longest / config.pad_to_multiple_of) * config.pad_to_multiple_of
+    if limit and limit > 0 and padded > limit:
+        raise ConfigError(f"--pad-to-multiple-of {config.pad_to_multiple_of}: pads rows of up to {longest} tokens to "
+                          f"{padded}, beyond the encoder's {limit} positions; choose a multiple of at most {limit}")
     if init_export is not None:
         copied = copy_matching_heads(module.model, init_export, tasks)
         log.info("initialised from %s: encoder and heads of %s", init_export, ", ".join(copied) or "no task")
@@ -514,27 +532,35 @@ def fit(config: TrainConfig, *, overwrite: bool = False, resume: bool = False) -
                                          if s in t.splits} for n, t in tasks.items()}}
     document = {**config.to_yaml_dict(), RESOLVED_KEY: resolved}
     resume_from = check_resumable(run_dir, document) if resume else None
+    lock = None
     if is_global_zero():
         datamodule.prepare_data()  # parse and tokenize now, so data errors come before the run directory
         check_eval_interval(config, datamodule)
-        if resume_from is None:
-            prepare_run_dir(run_dir, overwrite)
-            from ..tasks.token import article_lists
+        # one writer per run directory: a second training started on it is refused here, having written nothing
+        lock = lock_run_dir(run_dir, "--output-dir")
+    try:
+        if lock is not None:
+            if resume_from is None:
+                prepare_run_dir(run_dir, overwrite)
+                from ..tasks.token import article_lists
 
-            carves = article_lists(tasks, data_dir)
-            if carves:  # the articles of each side of a carve by article (SQuAD), for the record
-                write_json_atomic(run_dir / "carves.json", carves)
-        # on resume, only settings that do not change training may differ (the data's location): recorded anew
-        write_yaml_atomic(run_dir / CONFIG_FILE, document)
-    set_sdpa_backend(config.sdpa_backend)
-    if config.compile:
-        # Module.compile works in place: no OptimizedModule wrapper, so no "_orig_mod." in checkpoint keys.
-        compile_encoder(module.model.encoder, config.compile, config.length_buckets, config.cuda_graphs)
-        datamodule.mark_shapes = "buckets" if config.length_buckets else "dynamic"
+                carves = article_lists(tasks, data_dir)
+                if carves:  # the articles of each side of a carve by article (SQuAD), for the record
+                    write_json_atomic(run_dir / CARVES_FILE, carves)
+            # on resume, only settings that do not change training may differ (the data's location): recorded anew
+            write_yaml_atomic(run_dir / CONFIG_FILE, document)
+        set_sdpa_backend(config.sdpa_backend)
+        if config.compile:
+            # Module.compile works in place: no OptimizedModule wrapper, so no "_orig_mod." in checkpoint keys.
+            compile_encoder(module.model.encoder, config.compile, config.length_buckets, config.cuda_graphs)
+            datamodule.mark_shapes = "buckets" if config.length_buckets else "dynamic"
 
-    # 2. Train, export the best model, write schedule.json and (last) metrics.json.
-    fit_and_export(module, datamodule, tasks, tokenizer, run_dir, config, source_encoder=source_encoder,
-                   resume_from=resume_from)
+        # 2. Train, export the best model, write schedule.json and (last) metrics.json.
+        fit_and_export(module, datamodule, tasks, tokenizer, run_dir, config, source_encoder=source_encoder,
+                       resume_from=resume_from)
+    finally:
+        if lock is not None:
+            lock.release()
     return Run(run_dir)
 
 
@@ -575,6 +601,25 @@ def planned_steps(config: TrainConfig, batches_per_epoch: int) -> int:
     return min(total, config.max_steps) if config.max_steps else total
 
 
+def evaluate_at_max_steps():
+    """A callback that makes the optimizer step where ``--max-steps`` stops the run end with a dev evaluation, as
+    an epoch end does (Lightning evaluates only at epoch ends or every ``val_check_interval`` batches, so a run
+    stopped between them would have nothing to select on).
+
+    It sets ``trainer.should_stop`` after that step's last batch; Lightning then validates before stopping
+    (``_TrainingEpochLoop._should_check_val_fx``: "allow validation if requesting to stop"). Every rank computes the
+    same condition from the step count, so no collective is needed.
+    """
+    import pytorch_lightning as pl
+
+    class EvaluateAtMaxSteps(pl.Callback):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            if trainer.max_steps > 0 and trainer.global_step >= trainer.max_steps:
+                trainer.should_stop = True
+
+    return EvaluateAtMaxSteps()
+
+
 def fit_and_export(module, datamodule, tasks: dict[str, TaskDef], tokenizer, run_dir: Path, config: TrainConfig, *,
                    source_encoder: str, resume_from: Path | None = None) -> dict | None:
     """The toolkit's Trainer set-up, shared by every training command (train, distill's student, ...).
@@ -610,7 +655,7 @@ def fit_and_export(module, datamodule, tasks: dict[str, TaskDef], tokenizer, run
                            enable_version_counter=False)
     callbacks = [checkpoint, last, *engineering_callbacks(run_dir / CHECKPOINT_DIR / "last.ckpt",
                                                           config.checkpoint_every_n_steps, config.eval_every_n_steps),
-                 summary_callback()]
+                 summary_callback(), evaluate_at_max_steps()]
     early_stopping = None
     if config.early_stopping_patience:
         early_stopping = EarlyStopping(monitor="dev/average", mode="max", patience=config.early_stopping_patience,
@@ -658,9 +703,10 @@ def fit_and_export(module, datamodule, tasks: dict[str, TaskDef], tokenizer, run
     if not trainer.is_global_zero:
         return None
 
-    if not checkpoint.best_model_path:  # no evaluation had a finite dev average to select on
-        raise CheckpointError(f"{run_dir}: training diverged: no evaluation had a finite dev average, so there is no "
-                              "best checkpoint; the run is not complete (no metrics.json)")
+    if not checkpoint.best_model_path:  # every evaluation's dev average was NaN or inf (max steps evaluate too)
+        raise Diverged(f"{run_dir}: training diverged: no evaluation had a finite dev average, so there is no best "
+                       "checkpoint; the run is not complete (no metrics.json). Lower --lr or --weight-decay, keep "
+                       "--gradient-clip on, and start again", DIVERGED_EXIT_CODE)
     best_path = Path(checkpoint.best_model_path)
     best_state = load_checkpoint_file(best_path)["state_dict"]
     check_finite_run(best_state, module.dev_history, best_path)  # a diverged run is never written as complete

@@ -153,6 +153,9 @@ def format_arct_table(result: dict) -> str:
 
 def write_arct_outputs(result: dict, output_dir: str | Path, stem: str = "diagnose-arct") -> dict[str, Path]:
     """Write ``<stem>.json`` and ``<stem>.png`` (bars for the four figures, chance as a dashed line)."""
+    from .outputs import claim_diagnose_dir
+
+    output_dir = claim_diagnose_dir(output_dir)
     from .plots import grouped_bars
 
     output_dir = Path(output_dir)

@@ -380,6 +380,9 @@ def format_hans_table(summary: dict) -> str:
 
 def write_hans_outputs(result: dict, output_dir: str | Path, stem: str = "diagnose-hans") -> dict[str, Path]:
     """Write ``<stem>.json`` (``result``) and ``<stem>.png`` (grouped bars: heuristic x gold label) atomically."""
+    from .outputs import claim_diagnose_dir
+
+    output_dir = claim_diagnose_dir(output_dir)
     from .plots import grouped_bars
 
     output_dir = Path(output_dir)

@@ -133,7 +133,9 @@ def partial_input_baselines(task: TaskDef, input: str, seeds: list[int], data_di
     """
     partial = partial_task(task, input)
     majority = majority_baseline(task, data_dir)
-    make_dir(output_dir)
+    from .outputs import claim_diagnose_dir
+
+    output_dir = claim_diagnose_dir(output_dir)
     variants = {f"{input}-only": partial}
     if full:
         variants[FULL] = task
@@ -160,6 +162,9 @@ def format_partial_table(result: dict) -> str:
 
 def write_partial_outputs(result: dict, output_dir: str | Path, stem: str = "diagnose-partial-input") -> dict[str, Path]:
     """Write ``<stem>.json`` and ``<stem>.png`` (majority, partial and full input; error bars of one sd)."""
+    from .outputs import claim_diagnose_dir
+
+    output_dir = claim_diagnose_dir(output_dir)
     from .plots import grouped_bars
 
     output_dir = Path(output_dir)

@@ -150,7 +150,9 @@ def write_report(loaded, inputs: ReportInputs, output_dir: Path) -> tuple[Path, 
     Returns:
         The report's path and ``{task: [section titles]}``.
     """
-    make_dir(output_dir)
+    from .outputs import claim_diagnose_dir
+
+    output_dir = claim_diagnose_dir(output_dir)
     lines = [f"# Diagnostics of `{loaded.model_dir}`", "",
              f"Model: `{loaded.source}`. Data root: `{inputs.data_dir}`. Written by `python -m mtdnn.diagnose report`.",
              "Sources: HANS (McCoy et al. 2019, arXiv 1902.01007), adversarial ARCT and cue statistics (Niven and Kao "

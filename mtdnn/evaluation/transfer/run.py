@@ -7,7 +7,7 @@ import signal
 from pathlib import Path
 
 from ...errors import ConfigError, DataError, Interrupted
-from ...fileio import make_dir, prepare_output_dir, write_atomic, write_json_atomic
+from ...fileio import check_output_dir, claim_output_dir, write_atomic, write_json_atomic
 from ...tasks.taskdef import load_task_defs, select_tasks, shipped_task_defs
 from .encoders import parse_encoder_list, resolve_encoder_spec
 from .report import CURVE_PNG, RESULTS_JSON, RESULTS_MD, build_report, plot_learning_curve, render_markdown
@@ -70,7 +70,9 @@ def run_transfer(spec: TransferSpec) -> dict:
     seeds = list(range(spec.seeds))
     orders = {seed: stratified_order(pool_labels, seed) for seed in seeds}
     out_dir = Path(spec.output_dir) if spec.output_dir else Path("runs") / f"transfer-{task.name}"
-    make_dir(prepare_output_dir(out_dir, "--output-dir"))
+    check_output_dir(out_dir, "--output-dir", "transfer",
+                     recognised=lambda d: (d / RESULTS_JSON).is_file() or (d / PER_RUN_DIR).is_dir())
+    claim_output_dir(out_dir, "transfer")
     eval_examples = min(len(eval_raw.examples), spec.limit_eval_examples or len(eval_raw.examples))
 
     metric = "accuracy" if "accuracy" in task.metric_names else task.metric_names[0]
