@@ -384,11 +384,15 @@ def claim_output_dir(path: str | Path, kind: str) -> Path:
     Raises:
         UserError: the directory or its record cannot be written.
     """
-    from . import __version__
+    from importlib import metadata
 
+    try:
+        version = metadata.version("mtdnn")
+    except metadata.PackageNotFoundError:  # run from a source tree that is not installed
+        version = None
     path = make_dir(path)
     if output_record(path) is None:
-        write_json_atomic(path / OUTPUT_RECORD, {"kind": kind, "version": __version__})
+        write_json_atomic(path / OUTPUT_RECORD, {"kind": kind, "version": version})
     return path
 
 
