@@ -28,7 +28,7 @@ from typing import Any, Sequence
 import torch
 
 from ..errors import ConfigError, DataError, UserError
-from ..fileio import undecodable_at
+from ..fileio import file_digest, undecodable_at
 from .rows import LABELLED_SPLITS, Example
 from .taskdef import SplitSpec, TaskDef
 
@@ -36,6 +36,12 @@ log = logging.getLogger(__name__)
 
 DATA_DIR_ENV = "MTDNN_DATA_DIR"
 CACHE_DIR_ENV = "MTDNN_CACHE_DIR"
+CACHE_VERSION = 2
+"""The tokenized-split cache key's version: bumped by any change to how files are parsed (2: lines end only at
+``\\n``, ``\\r\\n`` or a lone ``\\r``; non-string JSON text fields refused; one number grammar for labels)."""
+CACHE_RECORD = "mtdnn_cache.json"
+"""The record of a tokenized-split cache entry: its key, task, split, row count, row ids' digest and the SHA-256
+of each of its files, checked when the entry is read (a mismatch rebuilds it)."""
 
 
 def resolve_data_dir(flag: str | None) -> Path:
@@ -87,11 +93,7 @@ class RawSplit:
 
 
 def _file_digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    return file_digest(path, DataError)
 
 
 def _read_table(path: Path, spec: SplitSpec) -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
@@ -533,18 +535,30 @@ def _cache_key(digest: str, task: TaskDef, split: str, tokenizer, max_length: in
         parse_rules["head"] = task.head.type
     if task.type == "span_extraction":  # the windows depend on the stride
         parse_rules["doc_stride"] = task.qa_spec.doc_stride
-    payload = json.dumps({"v": 1, "digest": digest, "rules": parse_rules, "max_length": max_length,
+    payload = json.dumps({"v": CACHE_VERSION, "digest": digest, "rules": parse_rules, "max_length": max_length,
                           "tokenizer": tokenizer_fingerprint(tokenizer)}, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:24]
 
 
-def _write_cache(ds, path: Path) -> None:
-    """Save a tokenized split to ``path`` through a temporary directory renamed into place.
+def _ids_digest(ids: Sequence) -> str:
+    return hashlib.sha256(json.dumps([str(i) for i in ids]).encode()).hexdigest()
+
+
+def _cache_record(ds, key: str, task: str, split: str) -> dict:
+    """What a cache entry records of itself besides its files' digests (see :data:`CACHE_RECORD`)."""
+    ids = ds["id"] if "id" in ds.column_names else []
+    return {"version": CACHE_VERSION, "key": key, "task": task, "split": split, "rows": ds.num_rows,
+            "ids": _ids_digest(ids)}
+
+
+def _write_cache(ds, path: Path, key: str, task: str, split: str) -> None:
+    """Save a tokenized split to ``path`` through a temporary directory renamed into place, with its record
+    (:data:`CACHE_RECORD`: key, task, split, row count, row ids' digest, each file's SHA-256).
 
     Raises:
         UserError: the cache directory cannot be written (naming it and ``$MTDNN_CACHE_DIR``).
     """
-    from ..fileio import default_mode, make_dir
+    from ..fileio import default_mode, file_digests, make_dir, write_json_atomic
 
     try:
         make_dir(path.parent)
@@ -555,14 +569,58 @@ def _write_cache(ds, path: Path) -> None:
     try:
         os.chmod(tmp, default_mode(directory=True))  # mkdtemp gives 0700
         ds.save_to_disk(str(tmp))
-    except OSError as err:
+        record = {**_cache_record(ds, key, task, split), "files": file_digests(tmp)}
+        write_json_atomic(tmp / CACHE_RECORD, record)
+    except (OSError, UserError) as err:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise UserError(f"{path.parent}: cannot write the tokenized-split cache ({err.strerror}); "
+        raise UserError(f"{path.parent}: cannot write the tokenized-split cache ({getattr(err, 'strerror', err)}); "
                         f"set ${CACHE_DIR_ENV} to a writable directory") from None
     try:
         os.replace(tmp, path)
     except OSError:  # another process wrote it first
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _read_cache(path: Path, key: str, task: str, split: str):
+    """The cached dataset at ``path`` when every part of it is the one its record names, else None (after a
+    warning naming what differs; the caller rebuilds the entry). An entry without a record (written before
+    records existed) is rebuilt."""
+    import datasets
+
+    from ..fileio import file_digests, read_json
+
+    def stale(why: str):
+        log.warning("%s: tokenized-split cache entry rebuilt: %s", path, why)
+        return None
+
+    try:
+        record = read_json(path / CACHE_RECORD, UserError, "cache record")
+    except UserError:
+        return stale(f"no readable {CACHE_RECORD} (written by an older version, or damaged)")
+    if not isinstance(record, dict) or not isinstance(record.get("files"), dict):
+        return stale(f"{CACHE_RECORD} is damaged")
+    for name, wanted in (("version", CACHE_VERSION), ("key", key), ("task", task), ("split", split)):
+        if record.get(name) != wanted:
+            return stale(f"{CACHE_RECORD}: field '{name}' is {record.get(name)!r}, expected {wanted!r} (the entry "
+                         "belongs to another split or version)")
+    try:
+        found = file_digests(path, exclude=(CACHE_RECORD,))
+    except UserError as err:
+        return stale(str(err))
+    for name in sorted(set(found) | set(record["files"])):
+        if found.get(name) != record["files"].get(name):
+            what = "missing" if name not in found else "not recorded" if name not in record["files"] else \
+                "does not match its recorded digest"
+            return stale(f"file {name} {what}")
+    try:
+        ds = datasets.load_from_disk(str(path))
+    except Exception as err:  # a damaged cache entry is rebuilt
+        return stale(f"cannot be read ({type(err).__name__})")
+    mine = _cache_record(ds, key, task, split)
+    for name in ("rows", "ids"):
+        if mine[name] != record.get(name):
+            return stale(f"its {'row count' if name == 'rows' else 'row ids'} differ from the record's")
+    return ds
 
 
 def tokenized_split(task: TaskDef, split: str, data_dir: Path, tokenizer, max_length: int | None = None,
@@ -572,7 +630,9 @@ def tokenized_split(task: TaskDef, split: str, data_dir: Path, tokenizer, max_le
     Pairs are tokenized as ``tokenizer(text_a, text_b)`` (segment ids where the tokenizer has them),
     truncated to ``max_length`` (default: the task's). The cache key covers the file's bytes, the parsing
     rules, the tokenizer and the max length, so editing any of them re-tokenizes. Cache entries are written
-    to a temporary directory and renamed into place.
+    to a temporary directory and renamed into place, with a record of their key, task, split, row count, row ids'
+    digest and each file's SHA-256; an entry that does not match its record (another split's entry put in its
+    place, bytes changed, an entry of an older version) is rebuilt.
 
     Raises:
         DataError: see :func:`load_split`.
@@ -588,15 +648,14 @@ def tokenized_split(task: TaskDef, split: str, data_dir: Path, tokenizer, max_le
     path = cache_dir() / "tokenized" / f"{task.name}-{split}-{key}"
     ds = None
     if use_cache and path.is_dir():
-        try:
-            ds = datasets.load_from_disk(str(path))
-        except Exception:  # a damaged cache entry is rebuilt
+        ds = _read_cache(path, key, task.name, split)
+        if ds is None:
             shutil.rmtree(path, ignore_errors=True)
     if ds is None:
         raw = raw or load_split(task, split, data_dir)
         ds = datasets.Dataset.from_dict(_tokenize(raw, task, tokenizer, max_length))
         if use_cache:
-            _write_cache(ds, path)
+            _write_cache(ds, path, key, task.name, split)
     return TokenizedSplit.from_columns(task.name, split, ds.to_dict(), tokenizer.padding_side)
 
 
