@@ -125,6 +125,7 @@ def verify_export(export_dir: str | Path, parts: str = "") -> dict:
         if not path.is_file():
             raise CheckpointError(f"{path}: part of the export is missing (recorded in {meta_path})")
         if file_digest(path) != recorded:
+            _read_part(path)  # a truncated or unparsable part: that more precise message first
             raise CheckpointError(f"{path}: does not match the digest recorded in {meta_path} (the file was changed "
                                   "or comes from another export); export the run again")
     for path in sorted(p for p in export_dir.rglob("*") if p.is_file()):
@@ -133,6 +134,17 @@ def verify_export(export_dir: str | Path, parts: str = "") -> dict:
             raise CheckpointError(f"{path}: not part of the export (not recorded in {meta_path}); remove it or "
                                   "export the run again")
     return meta
+
+
+def _read_part(path: Path) -> None:
+    """Read a part of an export by its kind (weights, YAML, JSON), raising its reader's CheckpointError when it is
+    truncated or cannot be parsed (a message more precise than a digest mismatch)."""
+    if path.suffix == ".safetensors":
+        read_safetensors(path)
+    elif path.suffix in (".yaml", ".yml"):
+        read_yaml(path, CheckpointError, "export's file")
+    elif path.suffix == ".json":
+        read_json(path, CheckpointError, "export's file")
 
 
 def load_export_tasks(export_dir: str | Path) -> dict[str, TaskDef]:
