@@ -463,15 +463,17 @@ def parse_integer(text: str) -> int | None:
     return int(value) if _INTEGER.fullmatch(value) else None
 
 
-def quote_prefix(text: Any, limit: int = 80) -> str:
-    """``repr`` of at most the first ``limit`` characters of ``text`` (``str`` of it when not a string), with the
-    number of characters left out: how every message quotes content read from a file (a header, a column
-    name, a line, a value), so that a file that is not what it should be (``/proc/self/environ``) is never
-    printed whole."""
-    text = text if isinstance(text, str) else str(text)
-    if len(text) <= limit:
-        return repr(text)
-    return f"{text[:limit]!r}... ({len(text) - limit} more characters)"
+def quote_prefix(value: Any, limit: int = 80) -> str:
+    """How every message quotes content read from a file (a header, a column name, a line, a value): ``repr`` of
+    at most the first ``limit`` characters of a string, or the first ``limit`` characters of another value's
+    ``repr``, with the number of characters left out, so that a file that is not what it should be (an
+    environment, a binary file on one line) is never printed whole."""
+    if isinstance(value, str):
+        if len(value) <= limit:
+            return repr(value)
+        return f"{value[:limit]!r}... ({len(value) - limit} more characters)"
+    shown = repr(value)
+    return shown if len(shown) <= limit else f"{shown[:limit]}... ({len(shown) - limit} more characters)"
 
 
 def quote_names(names: list, limit: int = 80, count: int = 20) -> str:

@@ -260,3 +260,180 @@ def test_cache_ids_swapped_with_record_rewritten_rebuilt(cached, caplog):
     with caplog.at_level(logging.WARNING):
         assert load("train").ids == [str(i) for i in range(7)]
     assert "row ids differ" in caplog.text
+
+
+# ------------------------------------------------------------------------------------- 6. read as it says
+
+
+def _rte_task():
+    from mtdnn.tasks.taskdef import load_task_defs
+
+    return load_task_defs(GLUE)["rte"]
+
+
+def test_predict_input_u2028_inside_a_field_is_text(tmp_path):
+    """A malformed line (three fields) with U+2028 in its second field stays one malformed line."""
+    from mtdnn.evaluation.predict import read_input
+
+    path = tmp_path / "pairs.tsv"
+    path.write_text("a premise\ta hypothesis\u2028second premise\tsecond hypothesis\n", encoding="utf-8")
+    with pytest.raises(DataError, match="line 1: task 'rte': expected 2 tab-separated field"):
+        read_input(str(path), "tsv", _rte_task())
+
+
+@pytest.mark.parametrize("separator", ["\x85", "\x0c", "\x0b", "\x1e", "\u2029"])
+def test_predict_input_other_unicode_line_breaks_are_text(tmp_path, separator):
+    """Second input of kind 6: U+0085 (NEL), form feed, vertical tab, U+001E and U+2029 inside a field: one
+    example whose text keeps the character, ids unshifted."""
+    from mtdnn.evaluation.predict import read_input
+
+    path = tmp_path / "pairs.tsv"
+    path.write_text(f"first{separator}premise\thypothesis\nsecond\thypothesis\n", encoding="utf-8")
+    examples = read_input(str(path), "tsv", _rte_task())
+    assert [ex.id for ex in examples] == ["0", "1"] and examples[0].text_a == f"first{separator}premise"
+    assert [ex.line for ex in examples] == [1, 2]
+
+
+def test_a_lone_carriage_return_ends_a_line_in_every_reader(tmp_path, tokenizer):
+    """The one rule: \\n, \\r\\n and a lone \\r end a line, in predict --input and in training files alike."""
+    from mtdnn.evaluation.predict import read_input
+    from mtdnn.tasks.data import load_split
+    from mtdnn.tasks.taskdef import load_task_defs
+
+    text = "sentence1\tsentence2\tlabel\rp one\th one\tyes\r\np two\u2028more\th two\tno\n"
+    (tmp_path / "train.tsv").write_text(text, encoding="utf-8", newline="")
+    (tmp_path / "dev.tsv").write_text(text, encoding="utf-8", newline="")
+    (tmp_path / "t.yaml").write_text(
+        "tasks:\n  t:\n    type: classification\n    splits:\n      train: {path: train.tsv}\n"
+        "      dev: {path: dev.tsv}\n    text: [sentence1, sentence2]\n    label: label\n    labels: ['no', 'yes']\n")
+    task = load_task_defs(tmp_path / "t.yaml")["t"]
+    trained = load_split(task, "train", tmp_path).examples
+    (tmp_path / "raw.tsv").write_text(text.split("\r", 1)[1].replace("\tyes", "").replace("\tno", ""),
+                                      encoding="utf-8", newline="")
+    predicted = read_input(str(tmp_path / "raw.tsv"), "tsv", task)
+    assert [ex.text_a for ex in trained] == [ex.text_a for ex in predicted] == ["p one", "p two\u2028more"]
+
+
+def _jsonl_task(tmp_path: Path, line: str, label_type: str = "classification") -> "object":
+    from mtdnn.tasks.taskdef import load_task_defs
+
+    good = '{"sentence1": "a", "sentence2": "b", "label": "yes"}' if label_type == "classification" else \
+        '{"sentence1": "a", "sentence2": "b", "label": 1.5}'
+    (tmp_path / "train.jsonl").write_text(good + "\n" + line + "\n")
+    labels = "    labels: ['no', 'yes']\n" if label_type == "classification" else ""
+    (tmp_path / "t.yaml").write_text(
+        f"tasks:\n  t:\n    type: {label_type}\n    splits:\n      train: {{path: train.jsonl, format: jsonl}}\n"
+        f"      dev: {{path: train.jsonl, format: jsonl}}\n    text: [sentence1, sentence2]\n    label: label\n"
+        + labels)
+    return load_task_defs(tmp_path / "t.yaml")["t"]
+
+
+@pytest.mark.parametrize("value,kind", [('["a", "list"]', "an array"), ("5", "a number"),
+                                        ("true", "a boolean"), ('{"k": 1}', "an object")])
+def test_jsonl_training_text_that_is_not_a_string_refused(tmp_path, value, kind):
+    from mtdnn.tasks.data import load_split
+
+    task = _jsonl_task(tmp_path, f'{{"sentence1": {value}, "sentence2": "b", "label": "no"}}')
+    with pytest.raises(DataError, match=f"train.jsonl: line 2: task 't', field 'sentence1': expected a string "
+                                        f"\\(or null\\), found {kind}"):
+        load_split(task, "train", tmp_path)
+
+
+def test_jsonl_training_label_as_a_list_refused_number_accepted(tmp_path):
+    """Second input of kind 6 (JSON types): a label that is a JSON array is refused; a JSON number label is the
+    number it spells."""
+    from mtdnn.tasks.data import load_split
+
+    task = _jsonl_task(tmp_path, '{"sentence1": "a", "sentence2": "b", "label": [1]}')
+    with pytest.raises(DataError, match="line 2: task 't', field 'label': expected a string or a number, found an array"):
+        load_split(task, "train", tmp_path)
+    (tmp_path / "int").mkdir()
+    task = _jsonl_task(tmp_path / "int", '{"sentence1": "a", "sentence2": "b", "label": 1}')
+    assert [ex.label for ex in load_split(task, "train", tmp_path / "int").examples] == [1, 1]
+    task = _jsonl_task(tmp_path, '{"sentence1": "a", "sentence2": "b", "label": 2.5e0}', "regression")
+    assert [ex.label for ex in load_split(task, "train", tmp_path).examples] == [1.5, 2.5]
+
+
+def test_jsonl_training_refusal_exits_2(tmp_path, capsys):
+    from mtdnn.cli import train
+
+    _jsonl_task(tmp_path, '{"sentence1": 7, "sentence2": "b", "label": "no"}')
+    code, err = exit_code_and_error(train, [tmp_path / "t.yaml", "--data-dir", tmp_path, "--output-dir",
+                                            tmp_path / "run", "--max-steps", "1"], capsys)
+    assert code == 2 and "line 2" in err and "field 'sentence1'" in err and "train.jsonl" in err
+
+
+def _score_task(tmp_path: Path, score: str):
+    from mtdnn.tasks.taskdef import load_task_defs
+
+    (tmp_path / "train.tsv").write_text(f"s1\ts2\tscore\na\tb\t1.5\nc\td\t{score}\n")
+    (tmp_path / "t.yaml").write_text(
+        "tasks:\n  t:\n    type: regression\n    splits:\n      train: {path: train.tsv}\n"
+        "      dev: {path: train.tsv}\n    text: [s1, s2]\n    label: score\n")
+    return load_task_defs(tmp_path / "t.yaml")["t"]
+
+
+@pytest.mark.parametrize("score", ["1_0", "nan", "inf", "-Infinity", "\u0663", "1e", ".", "0x10", "1e400"])
+def test_scores_follow_one_number_grammar(tmp_path, score):
+    from mtdnn.tasks.data import load_split
+
+    with pytest.raises(DataError, match="line 3: task 't', field 'score': not a"):
+        load_split(_score_task(tmp_path, score), "train", tmp_path)
+
+
+@pytest.mark.parametrize("score,value", [(" 3 ", 3.0), ("-.5", -0.5), ("2.", 2.0), ("+1E-3", 0.001), ("4.25", 4.25)])
+def test_scores_of_the_grammar_accepted(tmp_path, score, value):
+    from mtdnn.tasks.data import load_split
+
+    assert load_split(_score_task(tmp_path, score), "train", tmp_path).examples[1].label == value
+
+
+@pytest.mark.parametrize("label", ["\uff11", "\u0661", "1_0", "+ 1"])
+def test_class_ids_follow_the_number_grammar(tmp_path, label):
+    """Second input of kind 6 (numbers): a class id written in fullwidth or Arabic-Indic digits, which
+    ``str.isdigit`` and ``int`` accept, is not a label."""
+    from mtdnn.tasks.data import load_split
+    from mtdnn.tasks.taskdef import load_task_defs
+
+    (tmp_path / "train.tsv").write_text(f"s1\tlabel\na\t0\nb\t{label}\n")
+    (tmp_path / "t.yaml").write_text(
+        "tasks:\n  t:\n    type: classification\n    splits:\n      train: {path: train.tsv}\n"
+        "      dev: {path: train.tsv}\n    text: [s1]\n    label: label\n    labels: ['no', 'yes']\n")
+    with pytest.raises(DataError, match="line 3: task 't', field 'label': not a label"):
+        load_split(load_task_defs(tmp_path / "t.yaml")["t"], "train", tmp_path)
+
+
+class _Loaded:
+    """A stand-in for LoadedModel: just what TrainedModel.predict reads before predicting."""
+
+    def __init__(self, tasks):
+        self.tasks, self.model_dir = tasks, "model"
+
+    def task(self, name):
+        return self.tasks[name]
+
+
+def test_api_predict_mapping_by_column_name(export):
+    import mtdnn
+
+    model = mtdnn.load(export)
+    by_name = model.predict([{"sentence2": "A cat was sitting.", "sentence1": "The cat sat."}], task="rte")
+    by_tuple = model.predict([("The cat sat.", "A cat was sitting.")], task="rte")
+    assert by_name == by_tuple
+    assert model.predict({"sentence1": "The cat sat.", "sentence2": "A cat was sitting."}, task="rte") == by_tuple
+    with pytest.raises(DataError, match="input 0: task 'rte': the mapping has no key 'sentence2'"):
+        model.predict([{"sentence1": "x", "hypothesis": "y"}], task="rte")
+
+
+@pytest.mark.parametrize("item,kind", [({"The cat sat.", "A cat was sitting."}, "set"), (b"bytes", "bytes"),
+                                       (["The cat sat.", "A cat"], "list"), (7, "int"), (None, "NoneType")])
+def test_api_predict_refuses_items_that_are_not_texts(item, kind):
+    """Second input of kind 6 (the API): a set of two texts (unordered: the pair's order would be arbitrary),
+    bytes (iterate as numbers), a list, a number, None: refused naming the item's index and type."""
+    from mtdnn.evaluation.model import TrainedModel
+
+    model = TrainedModel(_Loaded({"rte": _rte_task()}))
+    with pytest.raises(DataError, match=f"input 1: task 'rte': expected a string, a tuple .* found {kind}"):
+        model.predict([("a", "b"), item], task="rte")
+    with pytest.raises(DataError, match="input 0: task 'rte', field 'sentence2': expected a string, found int"):
+        model.predict([("a", 5)], task="rte")

@@ -28,7 +28,7 @@ from typing import Any, Sequence
 import torch
 
 from ..errors import ConfigError, DataError, UserError
-from ..fileio import file_digest, undecodable_at
+from ..fileio import file_digest, quote_names, quote_prefix, undecodable_at
 from .rows import LABELLED_SPLITS, Example
 from .taskdef import SplitSpec, TaskDef
 
@@ -96,6 +96,32 @@ def _file_digest(path: Path) -> str:
     return file_digest(path, DataError)
 
 
+class _Typed(str):
+    """A field of a JSON line (or a hub row) that is not a string, as its JSON text; ``kind`` names its type.
+
+    Text and candidate columns refuse it (Python's ``str`` of a list or number would otherwise be trained on);
+    a label or id column takes a number (its JSON text, read by the number grammar) but no other type."""
+
+    kind: str
+
+
+_JSON_KINDS = {bool: "a boolean", int: "a number", float: "a number", list: "an array", dict: "an object"}
+
+
+def _field(value) -> str:
+    """A value of a JSON line or hub row as a field: the string itself, "" for null, else a :class:`_Typed`."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    try:
+        typed = _Typed(json.dumps(value, ensure_ascii=False))
+    except (TypeError, ValueError):  # a hub type JSON has no form for
+        typed = _Typed(str(value))
+    typed.kind = _JSON_KINDS.get(type(value), f"a {type(value).__name__}")
+    return typed
+
+
 def _read_table(path: Path, spec: SplitSpec) -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
     """Rows of a tsv/csv/jsonl file as ``(physical_line, {column: value})``; also the column names.
 
@@ -112,6 +138,8 @@ def _read_table(path: Path, spec: SplitSpec) -> tuple[list[str], list[tuple[int,
                         f"({err.reason}; set the split's 'encoding' field, e.g. encoding: latin-1)") from None
     except LookupError:
         raise DataError(f"{path}: field 'encoding': unknown encoding {spec.encoding!r}") from None
+    except csv.Error as err:  # e.g. a NUL character in a file that is not text
+        raise DataError(f"{path}: not a readable {spec.format} file ({err})") from None
 
 
 def _read_table_unchecked(path: Path, spec: SplitSpec) -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
@@ -130,7 +158,7 @@ def _read_table_unchecked(path: Path, spec: SplitSpec) -> tuple[list[str], list[
                 if not isinstance(obj, dict):
                     rows.append((number, {"__error__": "a JSON line must be an object"}))
                     continue
-                rows.append((number, {str(k): "" if v is None else str(v) for k, v in obj.items()}))
+                rows.append((number, {str(k): _field(v) for k, v in obj.items()}))
                 columns = columns or [str(k) for k in obj]
         return columns, rows
 
@@ -168,7 +196,7 @@ def _read_hub(spec: SplitSpec) -> tuple[list[str], list[tuple[int, dict[str, str
         ds = datasets.load_dataset(hub.path, hub.name, split=hub.split)
     except Exception as err:  # network or name problems: the hub raises many types
         raise DataError(f"hub dataset {hub.path}/{hub.name or ''}[{hub.split}]: cannot load ({err})") from None
-    rows = [(i + 1, {k: "" if v is None else str(v) for k, v in r.items()}) for i, r in enumerate(ds)]
+    rows = [(i + 1, {k: _field(v) for k, v in r.items()}) for i, r in enumerate(ds)]
     return list(ds.column_names), rows, f"hub:{hub.path}:{hub.name}:{hub.split}:{ds._fingerprint}"
 
 
@@ -183,24 +211,27 @@ def _build_examples(task: TaskDef, split: str, source: str, columns: list[str], 
         if columns and col not in columns:
             field_name = "id" if col == spec.id else ("candidates" if col in (task.candidates or []) else "text")
             raise DataError(f"{source}: task '{task.name}', field '{field_name}': column '{col}' is not in the file "
-                            f"(columns: {', '.join(columns)})")
+                            f"(columns: {quote_names(columns)})")
     has_label = kind.parse_label is not None and (not columns or task.label in columns)
     if kind.parse_label is not None and not has_label and split in LABELLED_SPLITS:
         raise DataError(f"{source}: task '{task.name}', field 'label': column '{task.label}' is not in the file "
-                        f"(columns: {', '.join(columns)})")
+                        f"(columns: {quote_names(columns)})")
 
     examples: list[Example] = []
     rows_kept = 0
     for line, row in rows:
         problem = None
         if "__fields__" in row:
-            problem = ("row", row["__fields__"], f"expected {len(columns)} fields ({', '.join(columns)})")
+            problem = ("row", row["__fields__"], f"expected {len(columns)} fields ({quote_names(columns)})")
         elif "__error__" in row:
             problem = ("row", "", row["__error__"])
         else:
             missing = [c for c in needed + ([task.label] if has_label else []) if c not in row]
             if missing:
                 problem = (missing[0], "", "field is missing")
+            else:
+                labels = ([task.label] if has_label else []) + ([spec.id] if spec.id else [])
+                problem = _typed_problem(row, needed, labels)
         label = None
         if problem is None and has_label and task.drop_labels and row[task.label].strip() in task.drop_labels:
             if dropped is not None:
@@ -214,7 +245,8 @@ def _build_examples(task: TaskDef, split: str, source: str, columns: list[str], 
         if problem is not None:
             col, value, reason = problem
             message = (f"{source}: line {line}: task '{task.name}', field '{col}': {reason}"
-                       + (f" (value: {value!r})" if col != "row" else f" (found {value} fields)" if value else ""))
+                       + (f" (value: {quote_prefix(value)})" if col != "row" else f" (found {value} fields)" if value
+                          else ""))
             if task.on_malformed == "skip":
                 log.warning("skipping malformed row: %s", message)
                 continue
@@ -227,6 +259,18 @@ def _build_examples(task: TaskDef, split: str, source: str, columns: list[str], 
             ex.label = label
             examples.append(ex)
     return examples
+
+
+def _typed_problem(row: dict, texts: list[str], numbers: list[str]):
+    """``(column, value, reason)`` of the first text column holding a JSON value that is not a string, or label
+    or id column holding one that is neither a string nor a number; None when there is none."""
+    for col in texts:
+        if isinstance(row[col], _Typed):
+            return col, row[col], f"expected a string (or null), found {row[col].kind}"
+    for col in numbers:
+        if isinstance(row.get(col), _Typed) and row[col].kind != "a number":
+            return col, row[col], f"expected a string or a number, found {row[col].kind}"
+    return None
 
 
 def _file_path(task: TaskDef, split: str, data_dir: Path) -> Path:
