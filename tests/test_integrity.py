@@ -437,3 +437,115 @@ def test_api_predict_refuses_items_that_are_not_texts(item, kind):
         model.predict([("a", "b"), item], task="rte")
     with pytest.raises(DataError, match="input 0: task 'rte', field 'sentence2': expected a string, found int"):
         model.predict([("a", 5)], task="rte")
+
+
+# ------------------------------------------------------------------------------------- 10. show no more
+
+
+def _task_file(tmp_path: Path, train_path: str, fmt: str = "tsv", extra: str = "") -> Path:
+    path = tmp_path / "t.yaml"
+    path.write_text(f"tasks:\n  t:\n    type: classification\n    splits:\n      train: {{path: '{train_path}', "
+                    f"format: {fmt}{extra}}}\n    text: [sentence1, sentence2]\n    label: label\n"
+                    "    labels: ['no', 'yes']\n")
+    return path
+
+
+@pytest.mark.parametrize("path", ["/proc/self/environ", "../outside.tsv", "glue/../../outside.tsv", "..",
+                                  "C:/data/train.tsv", "\\\\server\\share\\train.tsv"])
+def test_task_paths_outside_the_data_root_refused(tmp_path, path):
+    from mtdnn.tasks.taskdef import load_task_defs
+
+    with pytest.raises(ConfigError, match="field 'splits.train.path': (an absolute path|climbs out of the data root)"):
+        load_task_defs(_task_file(tmp_path, path))
+
+
+def test_task_path_environ_exits_2_without_printing_the_environment(tmp_path, capsys, monkeypatch):
+    from mtdnn.cli import train
+
+    monkeypatch.setenv("MTDNN_SECRET_FOR_TEST", "do-not-print-me")
+    code, err = exit_code_and_error(train, [_task_file(tmp_path, "/proc/self/environ"), "--data-dir", tmp_path,
+                                            "--output-dir", tmp_path / "run"], capsys)
+    assert code == 2 and "an absolute path" in err and "do-not-print-me" not in err
+
+
+def test_task_path_inside_the_root_with_dots_allowed(tmp_path):
+    from mtdnn.tasks.data import load_split
+    from mtdnn.tasks.taskdef import load_task_defs
+
+    (tmp_path / "glue").mkdir()
+    (tmp_path / "train.tsv").write_text("sentence1\tsentence2\tlabel\na\tb\tyes\n")
+    task = load_task_defs(_task_file(tmp_path, "glue/../train.tsv"))["t"]
+    assert len(load_split(task, "train", tmp_path).examples) == 1
+
+
+def test_a_link_inside_the_root_to_the_environment_is_quoted_by_a_prefix(tmp_path, monkeypatch):
+    """The environment reached through a symbolic link placed in the data root (allowed): the message names
+    the missing column and quotes at most a bounded prefix of what the file holds."""
+    from mtdnn.tasks.data import load_split
+    from mtdnn.tasks.taskdef import load_task_defs
+
+    monkeypatch.setenv("MTDNN_SECRET_FOR_TEST", "x" * 500 + "do-not-print-me")
+    environ = Path("/proc/self/environ")
+    if not environ.exists():
+        pytest.skip("no /proc/self/environ")
+    (tmp_path / "env.tsv").symlink_to(environ)
+    task = load_task_defs(_task_file(tmp_path, "env.tsv"))["t"]
+    with pytest.raises(DataError) as err:
+        load_split(task, "train", tmp_path)
+    assert "do-not-print-me" not in str(err.value) and len(str(err.value)) < 600
+
+
+def test_a_huge_header_is_quoted_by_a_prefix(tmp_path):
+    """Second input of kind 10: a file whose one line is 200,000 characters (no tab): the column list in the
+    message is a bounded prefix."""
+    from mtdnn.tasks.data import load_split
+    from mtdnn.tasks.taskdef import load_task_defs
+
+    (tmp_path / "big.tsv").write_text("y" * 200_000 + "SECRET\n")
+    task = load_task_defs(_task_file(tmp_path, "big.tsv"))["t"]
+    with pytest.raises(DataError, match="column 'sentence1' is not in the file") as err:
+        load_split(task, "train", tmp_path)
+    assert "SECRET" not in str(err.value) and len(str(err.value)) < 600 and "more characters" in str(err.value)
+
+
+@pytest.mark.parametrize("fmt,content", [
+    ("tsv", "sentence1\tsentence2\tlabel\na\tb\t" + "z" * 100_000 + "SECRET\n"),
+    ("jsonl", '{"sentence1": "a", "sentence2": "b", "label": "' + "z" * 100_000 + 'SECRET"}\n'),
+    ("jsonl", '{"sentence1": ["' + "z" * 100_000 + 'SECRET"], "sentence2": "b", "label": "no"}\n'),
+])
+def test_long_values_are_quoted_by_a_prefix(tmp_path, fmt, content):
+    from mtdnn.tasks.data import load_split
+    from mtdnn.tasks.taskdef import load_task_defs
+
+    (tmp_path / f"train.{fmt}").write_text(content)
+    task = load_task_defs(_task_file(tmp_path, f"train.{fmt}", fmt))["t"]
+    with pytest.raises(DataError, match="line .*: task 't', field") as err:
+        load_split(task, "train", tmp_path)
+    assert "SECRET" not in str(err.value) and len(str(err.value)) < 600
+
+
+def test_conll_and_squad_messages_quote_a_prefix(tmp_path):
+    from mtdnn.tasks.conll import read_conll
+    from mtdnn.tasks.squad import parse_squad
+
+    (tmp_path / "a.conll").write_text("w\tO\n" + "tok " * 50_000 + "SECRET\n")
+    with pytest.raises(DataError, match="line 2: task 't': expected 2 fields") as err:
+        read_conll(tmp_path / "a.conll", ["token", "tag"], "token", "tag", ["O"], "t")
+    assert "SECRET" not in str(err.value) and len(str(err.value)) < 600
+    (tmp_path / "b.conll").write_text("w\t" + "B" * 50_000 + "SECRET\n")
+    with pytest.raises(DataError, match="field 'tag': tag") as err:
+        read_conll(tmp_path / "b.conll", ["token", "tag"], "token", "tag", ["O"], "t")
+    assert "SECRET" not in str(err.value)
+    document = {"data": [{"title": "T" * 50_000 + "SECRET", "paragraphs": [{"context": "c", "qas": "not a list"}]}]}
+    with pytest.raises(DataError, match="field 'qas'") as err:
+        parse_squad(document, "s.json", "t")
+    assert "SECRET" not in str(err.value) and len(str(err.value)) < 600
+
+
+def test_predict_json_value_quoted_by_a_prefix(tmp_path):
+    from mtdnn.evaluation.predict import read_input
+
+    (tmp_path / "in.jsonl").write_text('{"sentence1": ["' + "q" * 100_000 + 'SECRET"], "sentence2": "b"}\n')
+    with pytest.raises(DataError, match="field 'sentence1': expected a string, found an array") as err:
+        read_input(str(tmp_path / "in.jsonl"), "auto", _rte_task())
+    assert "SECRET" not in str(err.value) and len(str(err.value)) < 600
