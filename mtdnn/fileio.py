@@ -463,11 +463,14 @@ def parse_integer(text: str) -> int | None:
     return int(value) if _INTEGER.fullmatch(value) else None
 
 
-def quote_prefix(value: Any, limit: int = 80) -> str:
+def quote_prefix(value: Any, limit: int = 80, quoted: bool = True) -> str:
     """How every message quotes content read from a file (a header, a column name, a line, a value): ``repr`` of
     at most the first ``limit`` characters of a string, or the first ``limit`` characters of another value's
     ``repr``, with the number of characters left out, so that a file that is not what it should be (an
-    environment, a binary file on one line) is never printed whole."""
+    environment, a binary file on one line) is never printed whole. ``quoted=False`` shows a string as it is
+    (JSON text, which escapes control characters itself)."""
+    if isinstance(value, str) and not quoted:
+        return value if len(value) <= limit else f"{value[:limit]}... ({len(value) - limit} more characters)"
     if isinstance(value, str):
         if len(value) <= limit:
             return repr(value)

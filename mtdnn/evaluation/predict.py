@@ -111,7 +111,7 @@ def json_text(value, where: str) -> str:
         return ""
     if not isinstance(value, str):
         raise DataError(f"{where}: expected a string, found {JSON_TYPES[type(value)]} (value: "
-                        f"{quote_prefix(json.dumps(value, ensure_ascii=False))})")
+                        f"{quote_prefix(json.dumps(value, ensure_ascii=False), 200, quoted=False)})")
     return value
 
 

@@ -245,7 +245,7 @@ def _build_examples(task: TaskDef, split: str, source: str, columns: list[str], 
         if problem is not None:
             col, value, reason = problem
             message = (f"{source}: line {line}: task '{task.name}', field '{col}': {reason}"
-                       + (f" (value: {quote_prefix(value)})" if col != "row" else f" (found {value} fields)" if value
+                       + (f" (value: {quote_prefix(value, quoted=not isinstance(value, _Typed))})" if col != "row" else f" (found {value} fields)" if value
                           else ""))
             if task.on_malformed == "skip":
                 log.warning("skipping malformed row: %s", message)
