@@ -9,6 +9,10 @@
   :func:`remove_stale_temporaries`: what a killed process left behind.
 - :func:`write_atomic` / :func:`write_json_atomic` / :func:`write_yaml_atomic`: a reader sees the old file or the
   new one, never half of one.
+- :func:`file_digest` / :func:`tree_digest`: SHA-256 of a file's or a directory's bytes (buffered reads), the
+  digests that exports and tokenized-split cache entries record of their parts.
+- :func:`split_lines`, :func:`parse_decimal`, :func:`parse_integer`, :func:`quote_prefix`: the one rule for where a
+  line of a data file ends, the number grammar of labels and scores, and how messages quote file content.
 
 Every failure is a :class:`~mtdnn.errors.UserError` naming the file (exit code 2, no traceback). A test
 (``tests/test_fileio.py``) fails if a module of ``mtdnn/`` reads or writes such files any other way.
@@ -17,6 +21,7 @@ The lowest layer of the package (beside :mod:`mtdnn.errors`): every stage may im
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -321,12 +326,6 @@ OUTPUT_KINDS = {"run": "training run directory", "teachers": "teacher directory"
 """The kinds of directory the toolkit writes, each with its name in messages."""
 
 
-def quote_prefix(text: str, limit: int = 80) -> str:
-    """``text`` quoted for a message: at most ``limit`` characters (then ``...``), control characters escaped."""
-    shown = repr(text[:limit])
-    return shown + ("..." if len(text) > limit else "")
-
-
 def output_record(directory: str | Path) -> dict | None:
     """The record (:data:`OUTPUT_RECORD`) of ``directory``, or None when it has none or it cannot be read."""
     path = Path(directory) / OUTPUT_RECORD
@@ -568,3 +567,130 @@ def append_lines(path: str | Path, lines: list[str]) -> None:
 def write_yaml_atomic(path: str | Path, obj: Any) -> None:
     """:func:`write_atomic` of ``obj`` as YAML."""
     write_atomic(path, dump_yaml(obj))
+
+
+# ---------------------------------------------------------------------------------------------------- digests
+
+
+def file_digest(path: str | Path, error: type[UserError] = CheckpointError) -> str:
+    """The SHA-256 (hex) of a file's bytes, read in 1 MiB blocks (never mapped whole).
+
+    Raises:
+        ``error``: the file cannot be read (naming it).
+    """
+    path = Path(path)
+    h = hashlib.sha256()
+    try:
+        with path.open("rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    except OSError as err:
+        raise error(f"{path}: cannot read ({err.strerror})") from None
+    return h.hexdigest()
+
+
+def file_digests(directory: str | Path, exclude: tuple[str, ...] = ()) -> dict[str, str]:
+    """``{relative posix path: file_digest}`` of every file under ``directory`` (sorted), leaving out the
+    relative paths in ``exclude`` (a record that holds these digests itself)."""
+    directory = Path(directory)
+    files = sorted(p for p in directory.rglob("*") if p.is_file())
+    return {p.relative_to(directory).as_posix(): file_digest(p) for p in files
+            if p.relative_to(directory).as_posix() not in exclude}
+
+
+_TREE_DIGESTS: dict[tuple, str] = {}
+
+
+def tree_digest(directory: str | Path) -> str:
+    """A hash (24 hex digits) of every file of a directory, their relative paths and bytes (an export: encoder
+    weights and config, tokenizer, heads, task definitions, metadata).
+
+    Remembered per process while no file's size or modification time changes (teacher members compare it with
+    the digest they recorded; an export's own loading checks :func:`file_digest` of each part, never remembered).
+    """
+    directory = Path(directory)
+    files = sorted(p for p in directory.rglob("*") if p.is_file())
+    key = tuple((str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in files)
+    if key not in _TREE_DIGESTS:
+        h = hashlib.sha256()
+        for path in files:
+            h.update(str(path.relative_to(directory)).encode() + b"\0")
+            with path.open("rb") as f:
+                for chunk in iter(lambda: f.read(1 << 22), b""):
+                    h.update(chunk)
+        _TREE_DIGESTS[key] = h.hexdigest()[:24]
+    return _TREE_DIGESTS[key]
+
+
+# ------------------------------------------------------------------------------------------ parsing data files
+
+LINE_END = re.compile(r"\r\n|\r|\n")
+"""Where a line of a data file ends: ``\\n``, ``\\r\\n`` or a lone ``\\r`` (as Python's ``csv`` module and
+``open(newline="")`` iteration read files). No other character ends a line: U+2028, U+2029, U+0085, form feed,
+vertical tab and U+001C..U+001E, which ``str.splitlines`` also splits on, are text inside a field."""
+
+
+def split_lines(text: str) -> list[str]:
+    """The lines of ``text`` without their ends, split by :data:`LINE_END` only (a final line end adds no line).
+
+    Every reader of raw line-based input uses this rule (``predict --input``); files read by lines
+    (tsv/csv/jsonl/conll) are iterated with ``open(newline="")``, which ends lines at the same three."""
+    lines = LINE_END.split(text)
+    if lines and lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+NUMBER_GRAMMAR = ("an optional sign, ASCII digits with an optional decimal point, an optional exponent "
+                  "(e.g. 3, -0.5, .5, 2., 1e-3); no underscores, no nan or inf, surrounding whitespace ignored")
+
+
+def parse_decimal(text: str) -> float:
+    """A number of a data file (a regression score): ``text`` stripped of surrounding whitespace (``str.strip``)
+    must match ``[+-]?(digits[.digits]|.digits)([eE][+-]?digits)?`` with ASCII digits; Python's ``float`` would
+    also take ``1_0`` (10.0), ``nan``, ``inf`` and non-ASCII digits.
+
+    Raises:
+        ValueError: naming the grammar (callers add file, line, task and field).
+    """
+    value = text.strip()
+    if not _DECIMAL.fullmatch(value):
+        raise ValueError(f"not a number ({NUMBER_GRAMMAR})")
+    number = float(value)
+    if number in (float("inf"), float("-inf")):
+        raise ValueError("not a finite number (out of the float range)")
+    return number
+
+
+def parse_integer(text: str) -> int | None:
+    """An integer of a data file (a class or candidate id): ``[+-]?digits`` (ASCII) after stripping surrounding
+    whitespace; None when ``text`` is not one (the caller names what it expected)."""
+    value = text.strip()
+    return int(value) if _INTEGER.fullmatch(value) else None
+
+
+def quote_prefix(value: Any, limit: int = 80, quoted: bool = True) -> str:
+    """How every message quotes content read from a file (a header, a column name, a line, a value): ``repr`` of
+    at most the first ``limit`` characters of a string, or the first ``limit`` characters of another value's
+    ``repr``, with the number of characters left out, so that a file that is not what it should be (an
+    environment, a binary file on one line) is never printed whole. ``quoted=False`` shows a string as it is
+    (JSON text, which escapes control characters itself)."""
+    if isinstance(value, str) and not quoted:
+        return value if len(value) <= limit else f"{value[:limit]}... ({len(value) - limit} more characters)"
+    if isinstance(value, str):
+        if len(value) <= limit:
+            return repr(value)
+        return f"{value[:limit]!r}... ({len(value) - limit} more characters)"
+    shown = repr(value)
+    return shown if len(shown) <= limit else f"{shown[:limit]}... ({len(shown) - limit} more characters)"
+
+
+def quote_names(names: list, limit: int = 80, count: int = 20) -> str:
+    """Column names for a message: at most ``count`` of them, each by :func:`quote_prefix` of ``limit``
+    characters when longer, joined by ``, `` (and how many were left out)."""
+    shown = [str(n) if len(str(n)) <= limit and str(n).isprintable() else quote_prefix(n, limit)
+             for n in names[:count]]
+    more = f", ... ({len(names) - count} more)" if len(names) > count else ""
+    return ", ".join(shown) + more

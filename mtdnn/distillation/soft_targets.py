@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from ..errors import CheckpointError
-from ..fileio import default_mode, make_dir, read_json, read_yaml, write_json_atomic
+from ..fileio import default_mode, make_dir, read_json, read_yaml, tree_digest, write_json_atomic
 from ..tasks.taskdef import TaskDef
 from .piece_targets import PieceBatchTargets, PieceOutputs, pieces_digest, piece_outputs
 
@@ -79,25 +79,13 @@ def data_fingerprint(task: TaskDef, split: str, data_dir: Path) -> dict:
     return {"digest": hashlib.sha256(payload.encode()).hexdigest()[:24], "count": len(raw.examples)}
 
 
-_DIGESTS: dict[tuple, str] = {}
-
-
 def export_digest(export_dir: Path) -> str:
-    """A hash of every file of an export (encoder weights and config, tokenizer, heads, task definitions).
+    """A hash of every file of an export (encoder weights and config, tokenizer, heads, task definitions,
+    metadata): :func:`mtdnn.fileio.tree_digest`, which teacher members record of their exports.
 
     Remembered per process while no file's size or modification time changes.
     """
-    files = sorted(p for p in Path(export_dir).rglob("*") if p.is_file())
-    key = tuple((str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in files)
-    if key not in _DIGESTS:
-        h = hashlib.sha256()
-        for path in files:
-            h.update(str(path.relative_to(export_dir)).encode() + b"\0")
-            with path.open("rb") as f:
-                for chunk in iter(lambda: f.read(1 << 22), b""):
-                    h.update(chunk)
-        _DIGESTS[key] = h.hexdigest()[:24]
-    return _DIGESTS[key]
+    return tree_digest(export_dir)
 
 
 def num_outputs(task: TaskDef) -> int:

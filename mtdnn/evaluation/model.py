@@ -2,10 +2,43 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Sequence
 
 from ..errors import ConfigError, DataError
+from ..fileio import quote_prefix
+
+
+def _fields(item, index: int, task: str, columns: list[str]) -> list[str]:
+    """The texts of one input of :meth:`TrainedModel.predict`, in ``columns`` order.
+
+    Raises:
+        DataError: naming the input's index and what it is (see :meth:`TrainedModel.predict`).
+    """
+    where = f"predict: input {index}: task '{task}'"
+    wanted = f"{len(columns)} text(s) ({', '.join(columns)})"
+    if isinstance(item, str):
+        fields = [item]
+    elif isinstance(item, tuple):
+        fields = list(item)
+    elif isinstance(item, Mapping):
+        missing = [c for c in columns if c not in item]
+        if missing:
+            keys = ", ".join(quote_prefix(k, 40) for k in list(item)[:10])
+            raise DataError(f"{where}: the mapping has no key {missing[0]!r} (the task's columns: "
+                            f"{', '.join(columns)}; its keys: {keys or 'none'})")
+        fields = [item[c] for c in columns]
+    else:
+        hint = "; give the texts as a tuple" if isinstance(item, (list, set, frozenset)) else ""
+        raise DataError(f"{where}: expected a string, a tuple of {wanted} or a mapping of those columns to "
+                        f"strings, found {type(item).__name__} (value: {quote_prefix(item)}){hint}")
+    for k, value in enumerate(fields):
+        if not isinstance(value, str):
+            raise DataError(f"{where}, field '{columns[k] if k < len(columns) else k}': expected a string, found "
+                            f"{type(value).__name__} (value: {quote_prefix(value)})")
+    if len(fields) != len(columns):
+        raise DataError(f"{where}: takes {wanted}, got {len(fields)}: {quote_prefix(item)}")
+    return fields
 
 
 class TrainedModel:
@@ -31,14 +64,16 @@ class TrainedModel:
             task = next(iter(self.tasks))
         return self.loaded.task(task)
 
-    def predict(self, inputs: str | Sequence[str | Sequence[str]], task: str | None = None,
+    def predict(self, inputs: str | Sequence[str | tuple[str, ...] | Mapping[str, str]], task: str | None = None,
                 batch_size: int | None = None) -> list[dict]:
         """Predictions for raw text, one per input, in order.
 
         Args:
             inputs: one text per example (``["a film ..."]``), or one tuple per example holding the task's text
                 columns in order (premise and hypothesis: ``[("The cat sat.", "A cat was sitting.")]``; ranking
-                tasks: the question, then the candidates); a single string or tuple is one example.
+                tasks: the question, then the candidates), or one mapping per example keyed by those column
+                names (``[{"sentence1": "The cat sat.", "sentence2": "A cat was sitting."}]``; other keys are
+                ignored, as in ``--input`` JSON lines); a single string, tuple or mapping is one example.
             task: the task whose head predicts (default: the model's only task).
 
         Returns:
@@ -47,21 +82,23 @@ class TrainedModel:
 
         Raises:
             ConfigError: an unknown task, or no task named for a multi-task model.
-            DataError: an input with the wrong number of texts for the task.
+            DataError: naming the input's index: an item that is not a string, a tuple of strings or a mapping
+                of the task's columns to strings (a list, bytes, a number...), the wrong number of texts, or a
+                mapping without one of the task's columns.
         """
         from ..tasks.data import tokenize_examples
         from .predict import input_columns, make_example, predict_examples
 
         definition = self._task(task)
-        if isinstance(inputs, (str, tuple)):
+        if isinstance(inputs, (str, tuple, Mapping)):
             inputs = [inputs]
+        elif not isinstance(inputs, Sequence) or isinstance(inputs, (bytes, bytearray)):
+            raise DataError(f"predict: inputs must be a text, a tuple or mapping of texts, or a list of them "
+                            f"(got {type(inputs).__name__})")
         columns = input_columns(definition)
         examples = []
         for i, item in enumerate(inputs):
-            fields = [item] if isinstance(item, str) else list(item)
-            if len(fields) != len(columns) or not all(isinstance(f, str) for f in fields):
-                raise DataError(f"predict: input {i}: task '{definition.name}' takes {len(columns)} text(s) "
-                                f"({', '.join(columns)}), got {item!r}")
+            fields = _fields(item, i, definition.name, columns)
             examples.append(make_example(definition, fields, str(i), i + 1))
         if not examples:
             return []

@@ -11,6 +11,8 @@ Examples::
 Raw input (``--input FILE`` or ``-`` for stdin) holds one example per line, without a header: tab-separated
 fields in the order of the task's ``text`` columns (then its ``candidates`` columns for ranking tasks), or
 JSON objects keyed by those column names (string values, or null for an empty text). Blank lines are skipped.
+A line ends at ``\n``, ``\r\n`` or a lone ``\r``, as in training files (:func:`mtdnn.fileio.split_lines`); any other
+character (U+2028, U+0085, a form feed) is text of its field.
 
 Output (``--format``): ``tsv`` (``id``, ``prediction``: the label name, the score for regression or the
 candidate index for ranking, ``probability`` of the prediction and ``prob_<label>`` columns), ``jsonl`` (the
@@ -34,6 +36,7 @@ from pathlib import Path
 
 from ..tasks.data import Example
 from ..errors import DataError
+from ..fileio import quote_prefix, split_lines
 from ..tasks.taskdef import TaskDef
 
 log = logging.getLogger("mtdnn.predict")
@@ -107,9 +110,8 @@ def json_text(value, where: str) -> str:
     if value is None:
         return ""
     if not isinstance(value, str):
-        shown = json.dumps(value, ensure_ascii=False)
         raise DataError(f"{where}: expected a string, found {JSON_TYPES[type(value)]} (value: "
-                        f"{shown[:200] + '...' if len(shown) > 200 else shown})")
+                        f"{quote_prefix(json.dumps(value, ensure_ascii=False), 200, quoted=False)})")
     return value
 
 
@@ -137,7 +139,7 @@ def read_lines(name: str, fmt: str) -> tuple[list[str], str, str]:
         raise DataError(f"{source}: cannot read the input ({err.strerror})") from None
     except UnicodeDecodeError as err:
         raise DataError(f"{source}: not UTF-8 text ({err.reason} at byte {err.start})") from None
-    lines = text.splitlines()
+    lines = split_lines(text)  # not str.splitlines, which also ends lines at U+2028, U+0085, \f, ...
     if fmt == "auto":
         first = next((ln.lstrip() for ln in lines if ln.strip()), "")
         fmt = "jsonl" if name.endswith(".jsonl") or first.startswith("{") else "tsv"

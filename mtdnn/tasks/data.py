@@ -28,7 +28,7 @@ from typing import Any, Sequence
 import torch
 
 from ..errors import ConfigError, DataError, UserError
-from ..fileio import undecodable_at
+from ..fileio import file_digest, quote_names, quote_prefix, undecodable_at
 from .rows import LABELLED_SPLITS, Example
 from .taskdef import SplitSpec, TaskDef
 
@@ -36,6 +36,12 @@ log = logging.getLogger(__name__)
 
 DATA_DIR_ENV = "MTDNN_DATA_DIR"
 CACHE_DIR_ENV = "MTDNN_CACHE_DIR"
+CACHE_VERSION = 2
+"""The tokenized-split cache key's version: bumped by any change to how files are parsed (2: lines end only at
+``\\n``, ``\\r\\n`` or a lone ``\\r``; non-string JSON text fields refused; one number grammar for labels)."""
+CACHE_RECORD = "mtdnn_cache.json"
+"""The record of a tokenized-split cache entry: its key, task, split, row count, row ids' digest and the SHA-256
+of each of its files, checked when the entry is read (a mismatch rebuilds it)."""
 
 
 def resolve_data_dir(flag: str | None) -> Path:
@@ -87,11 +93,33 @@ class RawSplit:
 
 
 def _file_digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    return file_digest(path, DataError)
+
+
+class _Typed(str):
+    """A field of a JSON line (or a hub row) that is not a string, as its JSON text; ``kind`` names its type.
+
+    Text and candidate columns refuse it (Python's ``str`` of a list or number would otherwise be trained on);
+    a label or id column takes a number (its JSON text, read by the number grammar) but no other type."""
+
+    kind: str
+
+
+_JSON_KINDS = {bool: "a boolean", int: "a number", float: "a number", list: "an array", dict: "an object"}
+
+
+def _field(value) -> str:
+    """A value of a JSON line or hub row as a field: the string itself, "" for null, else a :class:`_Typed`."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    try:
+        typed = _Typed(json.dumps(value, ensure_ascii=False))
+    except (TypeError, ValueError):  # a hub type JSON has no form for
+        typed = _Typed(str(value))
+    typed.kind = _JSON_KINDS.get(type(value), f"a {type(value).__name__}")
+    return typed
 
 
 def _read_table(path: Path, spec: SplitSpec) -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
@@ -110,6 +138,8 @@ def _read_table(path: Path, spec: SplitSpec) -> tuple[list[str], list[tuple[int,
                         f"({err.reason}; set the split's 'encoding' field, e.g. encoding: latin-1)") from None
     except LookupError:
         raise DataError(f"{path}: field 'encoding': unknown encoding {spec.encoding!r}") from None
+    except csv.Error as err:  # e.g. a NUL character in a file that is not text
+        raise DataError(f"{path}: not a readable {spec.format} file ({err})") from None
 
 
 def _read_table_unchecked(path: Path, spec: SplitSpec) -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
@@ -128,7 +158,7 @@ def _read_table_unchecked(path: Path, spec: SplitSpec) -> tuple[list[str], list[
                 if not isinstance(obj, dict):
                     rows.append((number, {"__error__": "a JSON line must be an object"}))
                     continue
-                rows.append((number, {str(k): "" if v is None else str(v) for k, v in obj.items()}))
+                rows.append((number, {str(k): _field(v) for k, v in obj.items()}))
                 columns = columns or [str(k) for k in obj]
         return columns, rows
 
@@ -166,7 +196,7 @@ def _read_hub(spec: SplitSpec) -> tuple[list[str], list[tuple[int, dict[str, str
         ds = datasets.load_dataset(hub.path, hub.name, split=hub.split)
     except Exception as err:  # network or name problems: the hub raises many types
         raise DataError(f"hub dataset {hub.path}/{hub.name or ''}[{hub.split}]: cannot load ({err})") from None
-    rows = [(i + 1, {k: "" if v is None else str(v) for k, v in r.items()}) for i, r in enumerate(ds)]
+    rows = [(i + 1, {k: _field(v) for k, v in r.items()}) for i, r in enumerate(ds)]
     return list(ds.column_names), rows, f"hub:{hub.path}:{hub.name}:{hub.split}:{ds._fingerprint}"
 
 
@@ -181,24 +211,27 @@ def _build_examples(task: TaskDef, split: str, source: str, columns: list[str], 
         if columns and col not in columns:
             field_name = "id" if col == spec.id else ("candidates" if col in (task.candidates or []) else "text")
             raise DataError(f"{source}: task '{task.name}', field '{field_name}': column '{col}' is not in the file "
-                            f"(columns: {', '.join(columns)})")
+                            f"(columns: {quote_names(columns)})")
     has_label = kind.parse_label is not None and (not columns or task.label in columns)
     if kind.parse_label is not None and not has_label and split in LABELLED_SPLITS:
         raise DataError(f"{source}: task '{task.name}', field 'label': column '{task.label}' is not in the file "
-                        f"(columns: {', '.join(columns)})")
+                        f"(columns: {quote_names(columns)})")
 
     examples: list[Example] = []
     rows_kept = 0
     for line, row in rows:
         problem = None
         if "__fields__" in row:
-            problem = ("row", row["__fields__"], f"expected {len(columns)} fields ({', '.join(columns)})")
+            problem = ("row", row["__fields__"], f"expected {len(columns)} fields ({quote_names(columns)})")
         elif "__error__" in row:
             problem = ("row", "", row["__error__"])
         else:
             missing = [c for c in needed + ([task.label] if has_label else []) if c not in row]
             if missing:
                 problem = (missing[0], "", "field is missing")
+            else:
+                labels = ([task.label] if has_label else []) + ([spec.id] if spec.id else [])
+                problem = _typed_problem(row, needed, labels)
         label = None
         if problem is None and has_label and task.drop_labels and row[task.label].strip() in task.drop_labels:
             if dropped is not None:
@@ -212,7 +245,8 @@ def _build_examples(task: TaskDef, split: str, source: str, columns: list[str], 
         if problem is not None:
             col, value, reason = problem
             message = (f"{source}: line {line}: task '{task.name}', field '{col}': {reason}"
-                       + (f" (value: {value!r})" if col != "row" else f" (found {value} fields)" if value else ""))
+                       + (f" (value: {quote_prefix(value, quoted=not isinstance(value, _Typed))})" if col != "row" else f" (found {value} fields)" if value
+                          else ""))
             if task.on_malformed == "skip":
                 log.warning("skipping malformed row: %s", message)
                 continue
@@ -225,6 +259,18 @@ def _build_examples(task: TaskDef, split: str, source: str, columns: list[str], 
             ex.label = label
             examples.append(ex)
     return examples
+
+
+def _typed_problem(row: dict, texts: list[str], numbers: list[str]):
+    """``(column, value, reason)`` of the first text column holding a JSON value that is not a string, or label
+    or id column holding one that is neither a string nor a number; None when there is none."""
+    for col in texts:
+        if isinstance(row[col], _Typed):
+            return col, row[col], f"expected a string (or null), found {row[col].kind}"
+    for col in numbers:
+        if isinstance(row.get(col), _Typed) and row[col].kind != "a number":
+            return col, row[col], f"expected a string or a number, found {row[col].kind}"
+    return None
 
 
 def _file_path(task: TaskDef, split: str, data_dir: Path) -> Path:
@@ -533,18 +579,30 @@ def _cache_key(digest: str, task: TaskDef, split: str, tokenizer, max_length: in
         parse_rules["head"] = task.head.type
     if task.type == "span_extraction":  # the windows depend on the stride
         parse_rules["doc_stride"] = task.qa_spec.doc_stride
-    payload = json.dumps({"v": 1, "digest": digest, "rules": parse_rules, "max_length": max_length,
+    payload = json.dumps({"v": CACHE_VERSION, "digest": digest, "rules": parse_rules, "max_length": max_length,
                           "tokenizer": tokenizer_fingerprint(tokenizer)}, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:24]
 
 
-def _write_cache(ds, path: Path) -> None:
-    """Save a tokenized split to ``path`` through a temporary directory renamed into place.
+def _ids_digest(ids: Sequence) -> str:
+    return hashlib.sha256(json.dumps([str(i) for i in ids]).encode()).hexdigest()
+
+
+def _cache_record(ds, key: str, task: str, split: str) -> dict:
+    """What a cache entry records of itself besides its files' digests (see :data:`CACHE_RECORD`)."""
+    ids = ds["id"] if "id" in ds.column_names else []
+    return {"version": CACHE_VERSION, "key": key, "task": task, "split": split, "rows": ds.num_rows,
+            "ids": _ids_digest(ids)}
+
+
+def _write_cache(ds, path: Path, key: str, task: str, split: str) -> None:
+    """Save a tokenized split to ``path`` through a temporary directory renamed into place, with its record
+    (:data:`CACHE_RECORD`: key, task, split, row count, row ids' digest, each file's SHA-256).
 
     Raises:
         UserError: the cache directory cannot be written (naming it and ``$MTDNN_CACHE_DIR``).
     """
-    from ..fileio import default_mode, make_dir
+    from ..fileio import default_mode, file_digests, make_dir, write_json_atomic
 
     try:
         make_dir(path.parent)
@@ -555,14 +613,58 @@ def _write_cache(ds, path: Path) -> None:
     try:
         os.chmod(tmp, default_mode(directory=True))  # mkdtemp gives 0700
         ds.save_to_disk(str(tmp))
-    except OSError as err:
+        record = {**_cache_record(ds, key, task, split), "files": file_digests(tmp)}
+        write_json_atomic(tmp / CACHE_RECORD, record)
+    except (OSError, UserError) as err:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise UserError(f"{path.parent}: cannot write the tokenized-split cache ({err.strerror}); "
+        raise UserError(f"{path.parent}: cannot write the tokenized-split cache ({getattr(err, 'strerror', err)}); "
                         f"set ${CACHE_DIR_ENV} to a writable directory") from None
     try:
         os.replace(tmp, path)
     except OSError:  # another process wrote it first
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _read_cache(path: Path, key: str, task: str, split: str):
+    """The cached dataset at ``path`` when every part of it is the one its record names, else None (after a
+    warning naming what differs; the caller rebuilds the entry). An entry without a record (written before
+    records existed) is rebuilt."""
+    import datasets
+
+    from ..fileio import file_digests, read_json
+
+    def stale(why: str):
+        log.warning("%s: tokenized-split cache entry rebuilt: %s", path, why)
+        return None
+
+    try:
+        record = read_json(path / CACHE_RECORD, UserError, "cache record")
+    except UserError:
+        return stale(f"no readable {CACHE_RECORD} (written by an older version, or damaged)")
+    if not isinstance(record, dict) or not isinstance(record.get("files"), dict):
+        return stale(f"{CACHE_RECORD} is damaged")
+    for name, wanted in (("version", CACHE_VERSION), ("key", key), ("task", task), ("split", split)):
+        if record.get(name) != wanted:
+            return stale(f"{CACHE_RECORD}: field '{name}' is {record.get(name)!r}, expected {wanted!r} (the entry "
+                         "belongs to another split or version)")
+    try:
+        found = file_digests(path, exclude=(CACHE_RECORD,))
+    except UserError as err:
+        return stale(str(err))
+    for name in sorted(set(found) | set(record["files"])):
+        if found.get(name) != record["files"].get(name):
+            what = "missing" if name not in found else "not recorded" if name not in record["files"] else \
+                "does not match its recorded digest"
+            return stale(f"file {name} {what}")
+    try:
+        ds = datasets.load_from_disk(str(path))
+    except Exception as err:  # a damaged cache entry is rebuilt
+        return stale(f"cannot be read ({type(err).__name__})")
+    mine = _cache_record(ds, key, task, split)
+    for name in ("rows", "ids"):
+        if mine[name] != record.get(name):
+            return stale(f"its {'row count' if name == 'rows' else 'row ids'} differ from the record's")
+    return ds
 
 
 def tokenized_split(task: TaskDef, split: str, data_dir: Path, tokenizer, max_length: int | None = None,
@@ -572,7 +674,9 @@ def tokenized_split(task: TaskDef, split: str, data_dir: Path, tokenizer, max_le
     Pairs are tokenized as ``tokenizer(text_a, text_b)`` (segment ids where the tokenizer has them),
     truncated to ``max_length`` (default: the task's). The cache key covers the file's bytes, the parsing
     rules, the tokenizer and the max length, so editing any of them re-tokenizes. Cache entries are written
-    to a temporary directory and renamed into place.
+    to a temporary directory and renamed into place, with a record of their key, task, split, row count, row ids'
+    digest and each file's SHA-256; an entry that does not match its record (another split's entry put in its
+    place, bytes changed, an entry of an older version) is rebuilt.
 
     Raises:
         DataError: see :func:`load_split`.
@@ -588,15 +692,14 @@ def tokenized_split(task: TaskDef, split: str, data_dir: Path, tokenizer, max_le
     path = cache_dir() / "tokenized" / f"{task.name}-{split}-{key}"
     ds = None
     if use_cache and path.is_dir():
-        try:
-            ds = datasets.load_from_disk(str(path))
-        except Exception:  # a damaged cache entry is rebuilt
+        ds = _read_cache(path, key, task.name, split)
+        if ds is None:
             shutil.rmtree(path, ignore_errors=True)
     if ds is None:
         raw = raw or load_split(task, split, data_dir)
         ds = datasets.Dataset.from_dict(_tokenize(raw, task, tokenizer, max_length))
         if use_cache:
-            _write_cache(ds, path)
+            _write_cache(ds, path, key, task.name, split)
     return TokenizedSplit.from_columns(task.name, split, ds.to_dict(), tokenizer.padding_side)
 
 

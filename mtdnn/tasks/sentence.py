@@ -12,11 +12,11 @@ index, float32 score). Head outputs: logits ``(n, classes)``, scores ``(n,)``, c
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..fileio import parse_decimal, parse_integer
 from .rows import Example, attention_mask, pad
 
 if TYPE_CHECKING:
@@ -67,32 +67,30 @@ def check_ranking(task: TaskDef) -> None:
 
 
 def parse_class(task: TaskDef, value: str) -> int:
-    """A class name of ``task.labels`` or its 0-based id; raises ValueError naming the valid values."""
+    """A class name of ``task.labels`` or its 0-based id (an integer of the number grammar,
+    :func:`mtdnn.fileio.parse_integer`); raises ValueError naming the valid values."""
     value = value.strip()
     assert task.labels is not None
     if value in task.labels:
         return task.labels.index(value)
-    if value.lstrip("-").isdigit() and 0 <= int(value) < len(task.labels):
-        return int(value)
+    number = parse_integer(value)
+    if number is not None and 0 <= number < len(task.labels):
+        return number
     raise ValueError(f"not a label of this task (labels: {', '.join(task.labels)}, or their ids 0..{len(task.labels) - 1})")
 
 
 def parse_score(task: TaskDef, value: str) -> float:
-    """A finite number; raises ValueError."""
-    try:
-        score = float(value.strip())
-    except ValueError:
-        raise ValueError("not a number") from None
-    if not math.isfinite(score):
-        raise ValueError("not a finite number")
-    return score
+    """A finite number of the data files' number grammar (:func:`mtdnn.fileio.parse_decimal`: no ``1_0``, no
+    ``nan`` or ``inf``); raises ValueError."""
+    return parse_decimal(value)
 
 
 def parse_candidate(task: TaskDef, value: str) -> int:
-    """The 0-based index of the correct candidate; raises ValueError."""
-    value, k = value.strip(), task.num_candidates
-    if value.lstrip("-").isdigit() and 0 <= int(value) < k:
-        return int(value)
+    """The 0-based index of the correct candidate (an integer of the number grammar); raises ValueError."""
+    k = task.num_candidates
+    number = parse_integer(value)
+    if number is not None and 0 <= number < k:
+        return number
     raise ValueError(f"not a candidate index 0..{k - 1}")
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from ..errors import DataError
-from ..fileio import undecodable_at
+from ..fileio import quote_prefix, undecodable_at
 
 
 @dataclass
@@ -51,7 +51,7 @@ class QAExample:
 def _expect(value, kind: type, where: str, what: str):
     if not isinstance(value, kind):
         raise DataError(f"{where}: field '{what}': expected a {kind.__name__}, found {type(value).__name__} "
-                        f"(value: {str(value)[:80]!r})")
+                        f"(value: {quote_prefix(value)})")
     return value
 
 
@@ -71,19 +71,19 @@ def parse_squad(document: object, source: str, task: str) -> list[QAExample]:
     for a, article in enumerate(articles):
         _expect(article, dict, f"{where}, article {a}", "(article)")
         title = str(article.get("title", ""))
-        paragraphs = _expect(article.get("paragraphs"), list, f"{where}, article {a} ({title!r})", "paragraphs")
+        paragraphs = _expect(article.get("paragraphs"), list, f"{where}, article {a} ({quote_prefix(title)})", "paragraphs")
         for p, paragraph in enumerate(paragraphs):
-            at = f"{where}, article {a} ({title!r}), paragraph {p}"
+            at = f"{where}, article {a} ({quote_prefix(title)}), paragraph {p}"
             _expect(paragraph, dict, at, "(paragraph)")
             context = _expect(paragraph.get("context"), str, at, "context")
             qas = _expect(paragraph.get("qas"), list, at, "qas")
             if not context.strip():
-                ids = [str(q.get("id")) for q in qas if isinstance(q, dict)]
+                ids = [quote_prefix(str(q.get("id")), 40) for q in qas if isinstance(q, dict)]
                 raise DataError(f"{at} (question ids {', '.join(ids[:3]) or 'none'}): field 'context': empty context")
             for q, qa in enumerate(qas):
                 _expect(qa, dict, f"{at}, question {q}", "(question)")
                 qid = str(_expect(qa.get("id"), str, f"{at}, question {q}", "id"))
-                here = f"{where}, question id {qid!r}"
+                here = f"{where}, question id {quote_prefix(qid)}"
                 if qid in seen:
                     raise DataError(f"{here}: field 'id': duplicate question id")
                 seen.add(qid)
@@ -97,7 +97,7 @@ def parse_squad(document: object, source: str, task: str) -> list[QAExample]:
                     start = answer.get("answer_start")
                     if isinstance(start, bool) or not isinstance(start, int):
                         raise DataError(f"{here}: field 'answers[{n}].answer_start': expected an integer character "
-                                        f"offset (value: {start!r})")
+                                        f"offset (value: {quote_prefix(start)})")
                     if not text.strip():
                         raise DataError(f"{here}: field 'answers[{n}].text': empty answer text")
                     if not 0 <= start < len(context):
@@ -106,7 +106,7 @@ def parse_squad(document: object, source: str, task: str) -> list[QAExample]:
                     if context[start:start + len(text)] != text:
                         found = context[start:start + len(text)]
                         raise DataError(f"{here}: field 'answers[{n}].answer_start': {start} does not point at the "
-                                        f"answer text {text!r} (the context there reads {found!r})")
+                                        f"answer text {quote_prefix(text)} (the context there reads {quote_prefix(found)})")
                     answers.append(Answer(text, start))
                 examples.append(QAExample(qid, question, context, answers, a, title))
     if not examples:

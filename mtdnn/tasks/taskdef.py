@@ -6,7 +6,7 @@ A task definition file has one top-level key, ``tasks``, mapping task names to d
       rte:
         type: classification            # a key of mtdnn.tasks.types.TASK_TYPES: classification | regression | ranking
         splits:
-          train: {path: glue/RTE/train.tsv}          # relative to the data root (--data-dir)
+          train: {path: glue/RTE/train.tsv}          # relative to the data root (--data-dir), inside it
           dev:   {path: glue/RTE/dev.tsv}
           test:  {path: glue/RTE/test.tsv, id: index}
         text: [sentence1, sentence2]    # one column (single sentence) or two (premise, hypothesis)
@@ -18,19 +18,25 @@ Loading uses :func:`mtdnn.fileio.read_yaml` (safe; a repeated key, an anchor or 
 line); unknown keys and wrong types are errors that quote the file, task, field and
 offending value (:class:`mtdnn.errors.ConfigError`). Only the selected tasks' *files* are checked later, by
 :mod:`mtdnn.tasks.data`; every task's *definition* is validated here.
+
+A split's ``path`` is relative to the data root and stays inside it: an absolute path (``/proc/self/environ``,
+``C:\\data``) or one that climbs out of the root with ``..`` (``../../etc/passwd``, ``a/../../b``) is refused, so
+that the data root alone says which files a task definition can read (a symbolic link placed inside the root is
+followed: putting it there is the user's choice). Messages quote file content by a bounded prefix
+(:func:`mtdnn.fileio.quote_prefix`).
 """
 
 from __future__ import annotations
 
+import posixpath
 import re
-
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..errors import ConfigError
-from ..fileio import read_yaml
+from ..fileio import quote_prefix, read_yaml
 from .types import TASK_TYPES, TaskType
 
 
@@ -111,6 +117,20 @@ class SplitSpec(_Strict):
     quoting: Literal["none", "csv"] | None = None
     encoding: str = "utf-8-sig"
     id: str | None = None
+
+    @field_validator("path")
+    @classmethod
+    def _inside_the_data_root(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        normal = posixpath.normpath(value.replace("\\", "/"))
+        if normal.startswith("/") or re.match(r"[A-Za-z]:", normal):
+            raise ValueError("an absolute path; paths are relative to the data root (--data-dir): put the file, or "
+                             "a link to it, under the data root")
+        if normal == ".." or normal.startswith("../"):
+            raise ValueError("climbs out of the data root with '..'; paths are relative to the data root "
+                             "(--data-dir) and stay inside it")
+        return value
 
     @model_validator(mode="after")
     def _one_source(self) -> "SplitSpec":
@@ -337,9 +357,7 @@ def _format_error(source: str, task: str | None, err: ValidationError) -> str:
         if not loc:  # a check across fields: its message names the fields and values itself
             lines.append(f"{source}: {where}{msg}")
             continue
-        shown = repr(value) if not isinstance(value, dict) else "{...}"
-        if len(shown) > 200:
-            shown = shown[:200] + "..."
+        shown = quote_prefix(value, 200) if not isinstance(value, dict) else "{...}"
         lines.append(f"{source}: {where}field '{loc}': {msg} (value: {shown})")
     return "\n".join(lines)
 
@@ -386,7 +404,7 @@ def parse_tasks(raw: object, source: str) -> dict[str, TaskDef]:
     for name, body in raw["tasks"].items():
         check_task_name(name, source)
         if not isinstance(body, dict):
-            raise ConfigError(f"{source}: task '{name}': expected a mapping of fields (got {body!r})")
+            raise ConfigError(f"{source}: task '{name}': expected a mapping of fields (got {quote_prefix(body)})")
         try:
             tasks[str(name)] = TaskDef(name=str(name), **body)
         except ValidationError as err:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..errors import DataError
+from ..fileio import quote_prefix
 from .conll import check_tag_set, read_conll
 from .rows import LABELLED_SPLITS
 from .squad import read_squad
@@ -118,7 +119,7 @@ def parse_answers(task: TaskDef, value: str):
 def parse_tag(task: TaskDef, value: str) -> int:
     """A tag of the task's tag set -> its id; raises ValueError naming the tag set."""
     if value.strip() not in (task.labels or []):
-        raise ValueError(f"tag {value!r} is not in the task's tag set ({', '.join(task.labels or [])})")
+        raise ValueError(f"tag {quote_prefix(value)} is not in the task's tag set ({', '.join(task.labels or [])})")
     return list(task.labels).index(value.strip())
 
 
@@ -137,7 +138,7 @@ def read_file(task: TaskDef, split: str, path) -> list:
         examples = read_squad(path, task.name, spec.encoding)
         unanswered = [ex.id for ex in examples if not ex.answers]
         if needs_gold and unanswered:
-            raise DataError(f"{path}: task '{task.name}', split '{split}', question id {unanswered[0]!r}: field "
+            raise DataError(f"{path}: task '{task.name}', split '{split}', question id {quote_prefix(unanswered[0])}: field "
                             f"'answers': no answer ({len(unanswered)} of {len(examples)} questions have none); "
                             f"every question of a {split} split needs at least one")
         return examples
