@@ -24,6 +24,7 @@ from ..fileio import (append_lines, make_dir, prepare_output_dir, read_json, rea
                       write_json_atomic, write_yaml_atomic)
 from ..tasks.taskdef import TaskDef, load_task_defs, select_tasks
 from .config import LOGGERS, RESOLVED_KEY, TrainConfig
+from .ranks import is_global_zero  # noqa: F401 - re-exported: callers import it from here
 from .runs import Run
 
 log = logging.getLogger("mtdnn.train")
@@ -142,11 +143,6 @@ def trainer_strategy(name: str):
 
         return DDPStrategy(find_unused_parameters=True)
     return name
-
-
-def is_global_zero() -> bool:
-    """Whether this process is rank 0 (Lightning re-launches the command for the other ranks)."""
-    return all(os.environ.get(v, "0") == "0" for v in ("RANK", "LOCAL_RANK", "NODE_RANK"))
 
 
 def schedule_summary(step_log: list[tuple[int, str]], schedule: str, batch_size: int,
@@ -514,7 +510,7 @@ def fit(config: TrainConfig, *, overwrite: bool = False, resume: bool = False) -
                                          if s in t.splits} for n, t in tasks.items()}}
     document = {**config.to_yaml_dict(), RESOLVED_KEY: resolved}
     resume_from = check_resumable(run_dir, document) if resume else None
-    if is_global_zero():
+    if is_global_zero(config.devices if isinstance(config.devices, int) else None, config.num_nodes):
         datamodule.prepare_data()  # parse and tokenize now, so data errors come before the run directory
         check_eval_interval(config, datamodule)
         if resume_from is None:

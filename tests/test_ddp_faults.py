@@ -1,0 +1,176 @@
+"""Issue 24, round 3: DDP under faults. Rank zero from the cluster environment (SLURM too), every rank's RNG state
+on resume, and SIGTERM (a scheduler's pre-emption) to some or all ranks of a 2-process gloo run."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+RANK_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "GROUP_RANK", "NODE_RANK", "LOCAL_WORLD_SIZE", "TORCHELASTIC_RUN_ID",
+                  "MASTER_ADDR", "MASTER_PORT", "LSB_JOBID", "LSB_DJOB_RANKFILE", "JSM_NAMESPACE_RANK",
+                  "JSM_NAMESPACE_SIZE", "JSM_NAMESPACE_LOCAL_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
+
+
+def clean_env(extra: dict | None = None) -> dict:
+    """``os.environ`` without any launcher's rank variables (nor SLURM's), plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if k not in RANK_VARIABLES and not k.startswith("SLURM_")}
+    return {**env, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), **(extra or {})}
+
+
+def slurm_env(procid: int, ntasks: int = 2, job_id: int | None = None) -> dict:
+    """The variables ``srun --ntasks-per-node=N`` (one node) sets for task ``procid``."""
+    return {"SLURM_NTASKS": str(ntasks), "SLURM_NTASKS_PER_NODE": str(ntasks), "SLURM_NNODES": "1",
+            "SLURM_PROCID": str(procid), "SLURM_LOCALID": str(procid), "SLURM_NODEID": "0",
+            "SLURM_NODELIST": "localhost", "SLURM_JOB_ID": str(job_id or random.randint(10000, 19999)),
+            "SLURM_JOB_NAME": "mtdnn-test"}
+
+
+# ------------------------------------------------------------------------------------ kind 11. rank zero
+
+
+@pytest.fixture
+def no_launcher(monkeypatch):
+    for name in list(os.environ):
+        if name in RANK_VARIABLES or name.startswith("SLURM_"):
+            monkeypatch.delenv(name)
+    return monkeypatch
+
+
+def test_ranks_of_a_plain_process(no_launcher):
+    from mtdnn.training.ranks import is_global_zero, process_ranks
+
+    assert process_ranks()[:3] == (0, 0, 1) and is_global_zero()
+    assert process_ranks(devices=2)[:3] == (0, 0, 2)  # rank 0 before Lightning launches the other local rank
+
+
+def test_ranks_under_torchelastic(no_launcher):
+    from mtdnn.training.ranks import is_global_zero, process_ranks
+
+    for name, value in {"TORCHELASTIC_RUN_ID": "abc", "RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1",
+                        "GROUP_RANK": "1", "LOCAL_WORLD_SIZE": "2"}.items():
+        no_launcher.setenv(name, value)
+    ranks = process_ranks(devices=2)
+    assert ranks[:4] == (3, 1, 4, 1) and ranks.environment == "torchelastic" and not is_global_zero()
+    no_launcher.setenv("RANK", "0")
+    no_launcher.setenv("LOCAL_RANK", "0")
+    no_launcher.setenv("GROUP_RANK", "0")
+    assert is_global_zero()
+
+
+def test_ranks_under_slurm(no_launcher):
+    from mtdnn.training.ranks import is_global_zero, process_ranks
+
+    for procid in (0, 1):
+        for name, value in slurm_env(procid).items():
+            no_launcher.setenv(name, value)
+        ranks = process_ranks(devices=2)
+        assert ranks[:3] == (procid, procid, 2) and ranks.environment == "slurm"
+        assert is_global_zero() == (procid == 0)
+    # two nodes of two tasks: the SLURM task id is the global rank, whatever --devices says
+    for name, value in {"SLURM_NTASKS": "4", "SLURM_NNODES": "2", "SLURM_PROCID": "2", "SLURM_LOCALID": "0",
+                        "SLURM_NODEID": "1"}.items():
+        no_launcher.setenv(name, value)
+    assert process_ranks()[:4] == (2, 0, 4, 1) and not is_global_zero()
+    # an interactive allocation (job name bash) is not srun-launched: Lightning's own launcher decides
+    no_launcher.setenv("SLURM_JOB_NAME", "bash")
+    assert process_ranks().environment == "lightning"
+
+
+def test_ranks_under_lightnings_launcher(no_launcher):
+    from mtdnn.training.ranks import is_global_zero, process_ranks
+
+    no_launcher.setenv("LOCAL_RANK", "1")
+    no_launcher.setenv("WORLD_SIZE", "2")
+    assert process_ranks(devices=2)[:3] == (1, 1, 2) and not is_global_zero()
+    # the second node of two, two devices each: NODE_RANK x devices + LOCAL_RANK (rank_zero_only ignores NODE_RANK)
+    no_launcher.setenv("NODE_RANK", "1")
+    no_launcher.setenv("LOCAL_RANK", "0")
+    no_launcher.setenv("WORLD_SIZE", "4")
+    assert process_ranks(devices=2, num_nodes=2)[:4] == (2, 0, 4, 1)
+    assert process_ranks(num_nodes=2)[:3] == (2, 0, 4)  # processes per node from WORLD_SIZE / nodes
+    assert not is_global_zero()
+    no_launcher.delenv("WORLD_SIZE")  # NODE_RANK set before Lightning launches: still not rank zero
+    assert not is_global_zero(devices=2, num_nodes=2)
+
+
+def test_trainer_reexports_is_global_zero():
+    from mtdnn.training import ranks, trainer
+
+    assert trainer.is_global_zero is ranks.is_global_zero
+
+
+# Each process counts its own calls of the run-directory preparation and config.yaml writing, then runs the command.
+COUNTING_MAIN = """
+import os, sys, runpy
+from pathlib import Path
+import mtdnn.training.runs as runs, mtdnn.training.trainer as trainer
+record = Path(os.environ["WRITERS_FILE"])
+def counted(name, fn):
+    def wrapper(*args, **kwargs):
+        with record.open("a") as f:
+            f.write(f"{name} {os.environ['SLURM_PROCID']}\\n")
+        return fn(*args, **kwargs)
+    return wrapper
+runs.prepare_run_dir = counted("prepare_run_dir", runs.prepare_run_dir)
+trainer.write_yaml_atomic = counted("write_config", trainer.write_yaml_atomic)
+sys.argv = ["mtdnn.train", *sys.argv[1:]]
+runpy.run_module("mtdnn.train", run_name="__main__")
+"""
+
+
+def tiny_task(tmp_path: Path, rows: int = 16, dev_rows: int | None = None) -> Path:
+    """A pair-classification task over small TSVs in ``tmp_path`` (``dev_rows`` rows of dev)."""
+    def tsv(n):
+        return "sentence1\tsentence2\tlabel\n" + "".join(
+            f"premise number {i} with a few more words\thypothesis {i} and words\t{'yes' if i % 2 else 'no'}\n"
+            for i in range(n))
+
+    (tmp_path / "train.tsv").write_text(tsv(rows))
+    (tmp_path / "dev.tsv").write_text(tsv(dev_rows or rows))
+    path = tmp_path / "tiny.yaml"
+    path.write_text("tasks:\n  tiny:\n    type: classification\n    splits:\n      train: {path: train.tsv}\n"
+                    "      dev: {path: dev.tsv}\n    text: [sentence1, sentence2]\n    label: label\n"
+                    "    labels: ['no', 'yes']\n")
+    return path
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+@pytest.mark.slow
+def test_srun_tasks_have_one_writer_of_the_run_directory(tmp_path, tiny_encoder):
+    """Two processes with the variables of ``srun --ntasks-per-node=2``: only SLURM task 0 prepares the run
+    directory and writes config.yaml, and the two form one 2-rank DDP run that completes."""
+    task = tiny_task(tmp_path, rows=8)
+    writers = tmp_path / "writers.txt"
+    args = [str(task), "--data-dir", str(tmp_path), "--encoder", tiny_encoder, "--batch-size", "4",
+            "--max-epochs", "1", "--accelerator", "cpu", "--devices", "2", "--strategy", "ddp",
+            "--output-dir", str(tmp_path / "run")]
+    job = random.randint(10000, 19999)
+    procs = [subprocess.Popen([sys.executable, "-c", COUNTING_MAIN, *args], cwd=tmp_path, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                              env=clean_env({**slurm_env(r, job_id=job), "WRITERS_FILE": str(writers)}))
+             for r in (0, 1)]
+    try:
+        outputs = [p.communicate(timeout=240)[0] for p in procs]
+    finally:
+        for p in procs:
+            kill_group(p)
+    for p, out in zip(procs, outputs):
+        assert p.returncode == 0, out[-3000:]
+    assert sorted(writers.read_text().split("\n")[:-1]) == ["prepare_run_dir 0", "write_config 0"]
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["status"] == "complete"
