@@ -174,3 +174,118 @@ def test_srun_tasks_have_one_writer_of_the_run_directory(tmp_path, tiny_encoder)
         assert p.returncode == 0, out[-3000:]
     assert sorted(writers.read_text().split("\n")[:-1]) == ["prepare_run_dir 0", "write_config 0"]
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["status"] == "complete"
+
+
+# ----------------------------------------------------------------------- kind 3. SIGTERM under 2-rank DDP
+
+
+def ddp_args(task: Path, data_dir: Path, encoder: str, run_dir: Path, *extra: str) -> list[str]:
+    return [str(task), "--data-dir", str(data_dir), "--encoder", encoder, "--accelerator", "cpu", "--devices", "2",
+            "--strategy", "ddp", "--output-dir", str(run_dir), *extra]
+
+
+class DDPRun:
+    """``python -m mtdnn.train ... --devices 2 --strategy ddp`` in its own session; rank 1 is the process Lightning
+    launches from rank 0 (found by its ``LOCAL_RANK=1`` under ``/proc``)."""
+
+    def __init__(self, args: list[str], cwd: Path, env: dict | None = None):
+        self.log_path = cwd / f"ddp-{time.monotonic_ns()}.log"
+        self.log = self.log_path.open("w")
+        self.proc = subprocess.Popen([sys.executable, "-m", "mtdnn.train", *args], cwd=cwd, env=clean_env(env),
+                                     stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.rank1: int | None = None
+
+    def find_rank1(self, timeout: float = 120) -> int:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for pid in children(self.proc.pid):
+                try:
+                    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+                except OSError:
+                    continue
+                if b"LOCAL_RANK=1" in environ:
+                    self.rank1 = pid
+                    return pid
+            assert self.proc.poll() is None, self.output()
+            time.sleep(0.05)
+        raise AssertionError(f"no rank 1 after {timeout} s\n{self.output()}")
+
+    def wait_for(self, path: Path, timeout: float = 180) -> None:
+        deadline = time.monotonic() + timeout
+        while not path.exists():
+            assert self.proc.poll() is None, self.output()
+            assert time.monotonic() < deadline, f"no {path} after {timeout} s\n{self.output()}"
+            time.sleep(0.02)
+
+    def wait(self, timeout: float) -> int:
+        """Rank 0's exit code; both ranks must be gone within ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        try:
+            code = self.proc.wait(timeout=timeout)
+            while self.rank1 is not None and alive(self.rank1):
+                assert time.monotonic() < deadline, f"rank 1 still running after {timeout} s\n{self.output()}"
+                time.sleep(0.05)
+            return code
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"rank 0 still running after {timeout} s\n{self.output()}") from None
+        finally:
+            self.kill()
+
+    def kill(self) -> None:
+        kill_group(self.proc)
+        if self.rank1 is not None and alive(self.rank1):
+            os.kill(self.rank1, signal.SIGKILL)
+
+    def output(self) -> str:
+        self.log.flush()
+        return self.log_path.read_text()[-6000:]
+
+
+def children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            found += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            pass
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["both", "rank0", "rank1"])
+def test_sigterm_mid_training_stops_every_rank_with_143(tmp_path, tiny_encoder, target):
+    """SIGTERM from outside, by PID, while the two ranks train: every rank stops at one step boundary, exits 143
+    within 60 s, and leaves one last.ckpt of that step."""
+    task = tiny_task(tmp_path, rows=96, dev_rows=8)
+    run_dir = tmp_path / "run"
+    run = DDPRun(ddp_args(task, tmp_path, tiny_encoder, run_dir, "--batch-size", "4", "--max-epochs", "4",
+                          "--checkpoint-every-n-steps", "3"), tmp_path)
+    try:
+        rank1 = run.find_rank1()
+        run.wait_for(run_dir / "checkpoints" / "last.ckpt")  # step 3: training is under way
+        time.sleep(0.3)
+        pids = {"both": [run.proc.pid, rank1], "rank0": [run.proc.pid], "rank1": [rank1]}[target]
+        for pid in pids:
+            os.kill(pid, signal.SIGTERM)
+        code = run.wait(timeout=60)
+    finally:
+        run.kill()
+    out = run.output()
+    assert code == 143, out
+    assert "interrupted: rank 0: SIGTERM" in out and "interrupted: rank 1: SIGTERM" in out, out
+    assert "Traceback" not in out and "still running" not in out, out  # agreed at a step, not the watchdog
+    import torch
+
+    ckpt = torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    assert 3 <= ckpt["global_step"] < 96, out
+    rng = [torch.load(run_dir / "checkpoints" / f"rng-rank{r}.pt", weights_only=True) for r in (0, 1)]
+    assert [r["global_step"] for r in rng] == [ckpt["global_step"]] * 2
+    assert not (run_dir / "metrics.json").exists()
