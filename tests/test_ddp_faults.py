@@ -289,3 +289,90 @@ def test_sigterm_mid_training_stops_every_rank_with_143(tmp_path, tiny_encoder, 
     rng = [torch.load(run_dir / "checkpoints" / f"rng-rank{r}.pt", weights_only=True) for r in (0, 1)]
     assert [r["global_step"] for r in rng] == [ckpt["global_step"]] * 2
     assert not (run_dir / "metrics.json").exists()
+
+
+# ---------------------------------------------------------------- kind 4. exact resume of a 2-rank run
+
+
+def run_ddp(args: list[str], cwd: Path, env: dict | None = None, timeout: float = 240) -> tuple[int, str]:
+    run = DDPRun(args, cwd, env)
+    try:
+        run.find_rank1()
+        return run.wait(timeout), run.output()
+    finally:
+        run.kill()
+
+
+@pytest.mark.slow
+def test_two_rank_run_with_dropout_resumes_bitwise(tmp_path, tiny_encoder):
+    """Dropout on (0.1), --deterministic: a 2-rank run stopped by SIGTERM mid-epoch and resumed ends with the
+    weights (bitwise) and dev scores of the uninterrupted 2-rank run; rank 1 gets its own random state back."""
+    import torch
+
+    task = tiny_task(tmp_path, rows=16, dev_rows=8)
+    common = ("--batch-size", "4", "--max-epochs", "2", "--deterministic", "--keep-last-checkpoint")
+    straight, resumed = tmp_path / "straight", tmp_path / "resumed"
+    code, out = run_ddp(ddp_args(task, tmp_path, tiny_encoder, straight, *common), tmp_path)
+    assert code == 0, out
+    code, out = run_ddp(ddp_args(task, tmp_path, tiny_encoder, resumed, *common), tmp_path,
+                        {"MTDNN_FAULT_AT_STEP": "3"})  # mid-epoch 1 of 4 steps
+    assert code == 143, out
+    assert torch.load(resumed / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 3
+    code, out = run_ddp(ddp_args(task, tmp_path, tiny_encoder, resumed, *common, "--resume"), tmp_path)
+    assert code == 0, out
+    assert "not exactly" not in out, out
+
+    a, b = (torch.load(d / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)["state_dict"]
+            for d in (straight, resumed))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    ma, mb = (json.loads((d / "metrics.json").read_text()) for d in (straight, resumed))
+    assert [e["tasks"] for e in ma["epochs"]] == [e["tasks"] for e in mb["epochs"]]
+
+
+def test_resume_with_another_world_size_is_refused(tmp_path):
+    """A checkpoint of a 2-rank run cannot be resumed by 1 process: exit 2, naming both world sizes."""
+    import torch
+
+    from mtdnn.errors import ConfigError
+    from mtdnn.training.trainer import check_world_size
+
+    ckpt = tmp_path / "last.ckpt"
+    torch.save({"global_step": 3, "state_dict": {}, "mtdnn": {"world_size": 2}}, ckpt)
+    check_world_size(ckpt, 2)
+    with pytest.raises(ConfigError, match=r"world size 2.*world size 1"):
+        check_world_size(ckpt, 1)
+    torch.save({"global_step": 3, "state_dict": {}, "mtdnn": {}}, ckpt)  # saved before the world size was kept
+    check_world_size(ckpt, 1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["both", "rank0", "rank1"])
+def test_sigterm_during_dev_evaluation_saves_it_and_stops_every_rank(tmp_path, tiny_encoder, target):
+    """SIGTERM while the two ranks evaluate a large dev split: the evaluation ends, last.ckpt holds it (epoch 1,
+    step 2), every rank exits 143 within 60 s; --resume then completes the run without repeating it."""
+    import torch
+
+    task = tiny_task(tmp_path, rows=8, dev_rows=6000)
+    run_dir = tmp_path / "run"
+    args = ddp_args(task, tmp_path, tiny_encoder, run_dir, "--batch-size", "4", "--eval-batch-size", "4",
+                    "--max-epochs", "2", "--checkpoint-every-n-steps", "1")
+    run = DDPRun(args, tmp_path)
+    try:
+        rank1 = run.find_rank1()
+        run.wait_for(run_dir / "checkpoints" / "last.ckpt")  # step 1 of 2; the evaluation follows step 2
+        time.sleep(1.0)
+        for pid in {"both": [run.proc.pid, rank1], "rank0": [run.proc.pid], "rank1": [rank1]}[target]:
+            os.kill(pid, signal.SIGTERM)
+        code = run.wait(timeout=60)
+    finally:
+        run.kill()
+    out = run.output()
+    assert code == 143, out
+    assert "interrupted: rank 0: SIGTERM" in out and "interrupted: rank 1: SIGTERM" in out, out
+    assert "Traceback" not in out and "still running" not in out, out
+    ckpt = torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    assert ckpt["global_step"] == 2 and len(ckpt["mtdnn"]["dev_history"]) == 1, out
+    if target == "both":
+        code, out = run_ddp([*args, "--resume"], tmp_path)
+        assert code == 0, out
+        assert [e["step"] for e in json.loads((run_dir / "metrics.json").read_text())["epochs"]] == [2, 4]
