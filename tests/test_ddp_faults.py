@@ -376,3 +376,78 @@ def test_sigterm_during_dev_evaluation_saves_it_and_stops_every_rank(tmp_path, t
         code, out = run_ddp([*args, "--resume"], tmp_path)
         assert code == 0, out
         assert [e["step"] for e in json.loads((run_dir / "metrics.json").read_text())["epochs"]] == [2, 4]
+
+
+# ------------------------------------------------------------- kind 3. a dead peer, SIGTERM outside training
+
+
+@pytest.mark.slow
+def test_a_dead_rank_ends_rank_0_with_one_message(tmp_path, tiny_encoder):
+    """SIGKILL to rank 1 mid-training: rank 0 stops with one line naming another rank's death (exit 1), no
+    traceback from gloo."""
+    task = tiny_task(tmp_path, rows=96, dev_rows=8)
+    run_dir = tmp_path / "run"
+    run = DDPRun(ddp_args(task, tmp_path, tiny_encoder, run_dir, "--batch-size", "4", "--max-epochs", "4",
+                          "--checkpoint-every-n-steps", "3"), tmp_path)
+    try:
+        rank1 = run.find_rank1()
+        run.wait_for(run_dir / "checkpoints" / "last.ckpt")
+        os.kill(rank1, signal.SIGKILL)
+        code = run.wait(timeout=40)
+    finally:
+        run.kill()
+    out = run.output()
+    assert code == 1, out
+    assert "error: rank 0: another rank of this 2-process run died" in out and "--resume" in out, out
+    assert "Traceback" not in out, out
+
+
+def test_sigterm_outside_training_is_interrupted_with_143(capsys):
+    """SIGTERM while a command does something else than train (export, teacher caching, prediction): one line,
+    exit code 143, and the previous SIGTERM handler back afterwards."""
+    from mtdnn.errors import run_cli
+
+    def main(argv):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+        return 0
+
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(main, [])
+    assert exit_info.value.code == 143
+    assert capsys.readouterr().err.startswith("interrupted: SIGTERM")
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+@pytest.fixture(scope="module")
+def export_dir(tmp_path_factory, tiny_encoder) -> Path:
+    """An export of the tiny encoder with an untrained rte head."""
+    from mtdnn.modeling.model import MultiTaskModel, load_encoder, load_tokenizer
+    from mtdnn.tasks.taskdef import load_task_defs, select_tasks
+    from mtdnn.training.export import export_model
+
+    glue = str(ROOT / "task_defs" / "glue.yaml")
+    tasks = select_tasks(load_task_defs(glue), ["rte"], glue)
+    model = MultiTaskModel(load_encoder(tiny_encoder), tasks)
+    path = tmp_path_factory.mktemp("export") / "export"
+    return export_model(model, load_tokenizer(tiny_encoder), tasks, path, source_encoder=tiny_encoder)
+
+
+def test_sigterm_during_prediction_is_interrupted_with_143(export_dir, tmp_path):
+    """A real command: ``mtdnn.predict`` on many rows, SIGTERM once it runs: 'interrupted', exit 143."""
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"sentence1": f"premise {i} " * 20, "sentence2": f"hypothesis {i} " * 20})
+                            + "\n" for i in range(60000)))
+    proc = subprocess.Popen([sys.executable, "-m", "mtdnn.predict", str(export_dir), "--task", "rte", "--input",
+                             str(rows), "--output", str(tmp_path / "out.jsonl")], cwd=tmp_path, env=clean_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        time.sleep(6)  # imports, loading the export, reading and scoring the rows
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        os.kill(proc.pid, signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        kill_group(proc)
+    assert proc.returncode == 143, err[-3000:]
+    assert "interrupted: SIGTERM" in err and "Traceback" not in err, err[-3000:]

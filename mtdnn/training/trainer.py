@@ -876,13 +876,13 @@ def fit_and_export(module, datamodule, tasks: dict[str, TaskDef], tokenizer, run
                        "written", RANK_LOST_EXIT_CODE) from None
     finally:
         signal.signal(signal.SIGINT, sigint)  # Lightning leaves SIGINT ignored after an interrupt
+        if trainer.world_size <= 1:  # no peer to wait for; the caller's process goes on (the API, tests)
+            stopper.cancel_watchdog()
     if trainer.interrupted:
         hint = (f"resume with --resume (from {last_path})" if last_path.is_file()
                 else "no checkpoint was saved yet (they are saved at epoch ends, every --checkpoint-every-n-steps "
                      "and on SIGTERM)")
         sigterm = stopper.requested or trainer.received_sigterm
-        if trainer.world_size <= 1:
-            stopper.cancel_watchdog()  # the stop is complete; the caller's process goes on (the API, tests)
         rank = f"rank {trainer.global_rank}: " if trainer.world_size > 1 else ""
         raise Interrupted(f"{rank}{'SIGTERM' if sigterm else 'Ctrl-C'}: {hint}; no metrics.json written",
                           SIGTERM_EXIT_CODE if sigterm else 130)
