@@ -259,21 +259,36 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
+MID_TRAINING = ("--batch-size", "4", "--max-epochs", "4", "--deterministic", "--keep-last-checkpoint")
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory, tiny_encoder) -> tuple[Path, Path]:
+    """The task of the mid-training tests and its uninterrupted 2-rank run (dropout 0.1)."""
+    root = tmp_path_factory.mktemp("mid-training")
+    task = tiny_task(root, rows=64, dev_rows=8)
+    code, out = run_ddp(ddp_args(task, root, tiny_encoder, root / "straight", *MID_TRAINING), root)
+    assert code == 0, out
+    return task, root / "straight"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("target", ["both", "rank0", "rank1"])
-def test_sigterm_mid_training_stops_every_rank_with_143(tmp_path, tiny_encoder, target):
+def test_sigterm_mid_training_stops_every_rank_with_143(tmp_path, tiny_encoder, uninterrupted, target):
     """SIGTERM from outside, by PID, while the two ranks train: every rank stops at one step boundary, exits 143
-    within 60 s, and leaves one last.ckpt of that step."""
-    task = tiny_task(tmp_path, rows=96, dev_rows=8)
+    within 60 s, and leaves one last.ckpt of that step, which --resume continues to the uninterrupted run's
+    weights, bitwise."""
+    import torch
+
+    task, straight = uninterrupted
     run_dir = tmp_path / "run"
-    run = DDPRun(ddp_args(task, tmp_path, tiny_encoder, run_dir, "--batch-size", "4", "--max-epochs", "4",
-                          "--checkpoint-every-n-steps", "3"), tmp_path)
+    args = ddp_args(task, task.parent, tiny_encoder, run_dir, *MID_TRAINING)
+    run = DDPRun([*args, "--checkpoint-every-n-steps", "3"], tmp_path)
     try:
         rank1 = run.find_rank1()
         run.wait_for(run_dir / "checkpoints" / "last.ckpt")  # step 3: training is under way
         time.sleep(0.3)
-        pids = {"both": [run.proc.pid, rank1], "rank0": [run.proc.pid], "rank1": [rank1]}[target]
-        for pid in pids:
+        for pid in {"both": [run.proc.pid, rank1], "rank0": [run.proc.pid], "rank1": [rank1]}[target]:
             os.kill(pid, signal.SIGTERM)
         code = run.wait(timeout=60)
     finally:
@@ -282,13 +297,17 @@ def test_sigterm_mid_training_stops_every_rank_with_143(tmp_path, tiny_encoder, 
     assert code == 143, out
     assert "interrupted: rank 0: SIGTERM" in out and "interrupted: rank 1: SIGTERM" in out, out
     assert "Traceback" not in out and "still running" not in out, out  # agreed at a step, not the watchdog
-    import torch
-
     ckpt = torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
-    assert 3 <= ckpt["global_step"] < 96, out
+    assert 3 <= ckpt["global_step"] < 64, out
     rng = [torch.load(run_dir / "checkpoints" / f"rng-rank{r}.pt", weights_only=True) for r in (0, 1)]
     assert [r["global_step"] for r in rng] == [ckpt["global_step"]] * 2
     assert not (run_dir / "metrics.json").exists()
+
+    code, out = run_ddp([*args, "--resume"], tmp_path)
+    assert code == 0, out
+    a, b = (torch.load(d / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)["state_dict"]
+            for d in (straight, run_dir))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
 # ---------------------------------------------------------------- kind 4. exact resume of a 2-rank run
