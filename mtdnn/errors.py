@@ -96,13 +96,45 @@ class Diverged(RunStopped):
     """Stopped on a non-finite loss or gradient norm (exit code 3); the last checkpoint before it is kept."""
 
 
+RANK_LOST_EXIT_CODE = 1
+
+
+class RankLost(RunStopped):
+    """Another process of a distributed run died (its collective failed here): this one stops too (exit code 1),
+    with one message instead of the communication library's traceback; ``--resume`` continues from ``last.ckpt``."""
+
+
+SIGTERM_EXIT_CODE = 143
+
+
+class Terminated(BaseException):
+    """SIGTERM outside training (export, teacher caching, prediction): raised by :func:`run_cli`'s handler so that
+    the command stops with one message and exit code 143. A ``BaseException``: ``except Exception`` does not
+    swallow it. (Inside ``trainer.fit`` the toolkit's own handler stops training at a step boundary instead.)"""
+
+    exit_code = SIGTERM_EXIT_CODE
+
+
+def _raise_terminated(signum, frame) -> None:
+    raise Terminated()
+
+
 def run_cli(main: Callable[[list[str] | None], int | None], argv: list[str] | None = None) -> None:
     """Run ``main(argv)``; exit 2 with a one-line message on :class:`UserError`.
+
+    A :class:`RunStopped` prints its label and message and exits with its code (130/143 interrupted, 3 diverged,
+    1 another rank died). SIGTERM outside training raises :class:`Terminated`: one line and exit code 143.
 
     Args:
         main: the command's entry function; returns an exit code or None (meaning 0).
         argv: arguments without the program name; ``None`` reads ``sys.argv[1:]``.
     """
+    import signal
+    import threading
+
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         code = main(argv)
     except UserError as err:
@@ -111,6 +143,13 @@ def run_cli(main: Callable[[list[str] | None], int | None], argv: list[str] | No
     except RunStopped as err:
         print(f"{err.label}: {err}", file=sys.stderr)
         sys.exit(err.exit_code)
+    except Terminated:
+        print("interrupted: SIGTERM: the command stopped before completing; what it had finished is kept (run it "
+              "again; an interrupted training run continues with --resume)", file=sys.stderr)
+        sys.exit(SIGTERM_EXIT_CODE)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     sys.exit(code or 0)
 
 

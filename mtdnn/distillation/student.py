@@ -542,7 +542,7 @@ def train_student(spec: StudentSpec, spec_path: str, tasks: dict[str, TaskDef], 
     datamodule = datamodule_for(config, tasks, tokenizer, DistillationDataModule, soft_targets=soft_targets)
     encoder = source
     lock = None
-    if is_global_zero():
+    if is_global_zero(config.devices if isinstance(config.devices, int) else None, config.num_nodes):
         datamodule.prepare_data()
         check_eval_interval(config, datamodule)
         lock = lock_run_dir(run_dir)  # one writer per run directory (a second student on it is refused)

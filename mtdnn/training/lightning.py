@@ -440,14 +440,21 @@ class MultiTaskModule(pl.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         self.check_finite("before saving a checkpoint")  # raising here keeps the previous checkpoint file
+        # rank 0's RNG states; every rank's own are in rng-rank<r>.pt beside last.ckpt (save_rank_rng)
         checkpoint["mtdnn"] = {"dev_history": self.dev_history, "step_log": [list(s) for s in self.step_log],
-                               "rng": rng_state()}
+                               "rng": rng_state(), "world_size": self.trainer.world_size}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         state = checkpoint.get("mtdnn", {})
         self.dev_history = list(state.get("dev_history", []))
         self.step_log = [tuple(s) for s in state.get("step_log", [])]
         self._rng_to_restore = state.get("rng")
+        trainer = self._trainer
+        ckpt_path = getattr(trainer, "ckpt_path", None) if trainer is not None else None
+        if ckpt_path and trainer.world_size > 1:  # each rank continues its own random streams (dropout)
+            own = load_rank_rng(Path(ckpt_path).parent, trainer.global_rank, checkpoint.get("global_step"))
+            if own is not None:
+                self._rng_to_restore = own
 
     def on_train_batch_start(self, batch: dict, batch_idx: int) -> None:
         # Restore the RNG states of the checkpoint just before the first step after a resume: nothing between
@@ -482,6 +489,58 @@ def rng_state() -> dict:
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["cuda"] = torch.cuda.get_rng_state()
     return state
+
+
+RANK_RNG_FILE = "rng-rank{rank}.pt"
+
+
+def save_rank_rng(directory: Path, rank: int, world_size: int, global_step: int) -> Path:
+    """Write this rank's RNG states (:func:`rng_state`) to ``directory/rng-rank<rank>.pt`` atomically, with the
+    global step of the checkpoint they belong to and the world size; no collective (every rank writes its own).
+
+    Raises:
+        OSError: the file cannot be written (the previous one is kept).
+    """
+    import os
+
+    path = Path(directory) / RANK_RNG_FILE.format(rank=rank)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            torch.save({"global_step": int(global_step), "world_size": int(world_size), "rank": int(rank),
+                        "rng": rng_state()}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def load_rank_rng(directory: Path, rank: int, global_step: int | None) -> dict | None:
+    """This rank's RNG states saved beside a checkpoint of ``global_step`` (:func:`save_rank_rng`); None, with a
+    warning that the resumed run will not be exact, when the file is missing, unreadable or of another step."""
+    import logging
+
+    path = Path(directory) / RANK_RNG_FILE.format(rank=rank)
+    problem = None
+    try:
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+        if not isinstance(saved, dict) or "rng" not in saved:
+            problem = "not an RNG state file"
+        elif global_step is not None and saved.get("global_step") != global_step:
+            problem = f"it is of step {saved.get('global_step')}, the checkpoint of step {global_step}"
+    except FileNotFoundError:
+        problem = "it is missing"
+    except Exception as err:  # noqa: BLE001 - truncated or damaged: resume all the same, not exactly
+        problem = f"it cannot be read ({type(err).__name__})"
+    if problem is not None:
+        logging.getLogger("mtdnn.train").warning(
+            "rank %d: %s: %s; this rank continues with rank 0's random state, so the resumed run is not exactly "
+            "the uninterrupted one", rank, path, problem)
+        return None
+    return saved["rng"]
 
 
 def set_rng_state(state: dict) -> None:

@@ -15,15 +15,18 @@ import logging
 import math
 import os
 import signal
+import sys
 import warnings
 from collections import Counter
 from pathlib import Path
 
-from ..errors import CheckpointError, ConfigError, Diverged, Interrupted, check_bools
+from ..errors import (RANK_LOST_EXIT_CODE, SIGTERM_EXIT_CODE, CheckpointError, ConfigError, Diverged, Interrupted,
+                      RankLost, check_bools)
 from ..fileio import (append_lines, make_dir, read_json, read_safetensors, read_yaml,
                       write_json_atomic, write_yaml_atomic)
 from ..tasks.taskdef import TaskDef, load_task_defs, select_tasks
 from .config import LOGGERS, RESOLVED_KEY, TrainConfig
+from .ranks import is_global_zero  # noqa: F401 - re-exported: callers import it from here
 from .runs import Run
 
 log = logging.getLogger("mtdnn.train")
@@ -158,11 +161,6 @@ def trainer_strategy(name: str):
     return name
 
 
-def is_global_zero() -> bool:
-    """Whether this process is rank 0 (Lightning re-launches the command for the other ranks)."""
-    return all(os.environ.get(v, "0") == "0" for v in ("RANK", "LOCAL_RANK", "NODE_RANK"))
-
-
 def schedule_summary(step_log: list[tuple[int, str]], schedule: str, batch_size: int,
                      accumulate_grad_batches: int = 1) -> dict:
     """``schedule.json``: the task of every batch per epoch and the realised batch counts.
@@ -234,38 +232,248 @@ DIVERGED_EXIT_CODE = 3  # training stopped on a non-finite loss or gradient norm
 
 TRACE_ENV = "MTDNN_TRACE_DIR"
 
+STOP_GRACE_ENV = "MTDNN_SIGTERM_GRACE_S"
+STOP_GRACE_S = 40.0
+"""After SIGTERM (or after the ranks agreed to stop), a rank still running this many seconds later exits 143 at
+once, saving nothing more: the ranks never met at a step boundary (a peer died or hangs). ``$MTDNN_SIGTERM_GRACE_S``
+changes it."""
+
+
+def stop_grace_s() -> float:
+    """:data:`STOP_GRACE_S`, or ``$MTDNN_SIGTERM_GRACE_S`` when it is a positive number."""
+    try:
+        value = float(os.environ.get(STOP_GRACE_ENV, ""))
+    except ValueError:
+        return STOP_GRACE_S
+    return value if math.isfinite(value) and value > 0 else STOP_GRACE_S
+
+
+def graceful_stop_connector(trainer, last_checkpoint: Path):
+    """A replacement for Lightning's signal connector (``trainer._signal_connector``) that makes SIGTERM safe
+    under DDP.
+
+    Lightning's own SIGTERM handler broadcasts from rank 0 inside the handler, a collective that only the signalled
+    ranks enter: with SIGTERM to every rank at once (SLURM, Kubernetes) the ranks wait for each other in different
+    collectives and hang. Here the handler only records the request (``requested``), forwards the signal to the
+    local ranks this process launched, and arms a watchdog; the ranks agree to stop in :func:`engineering_callbacks`
+    with an all-reduce that runs at every optimizer step and every dev evaluation end whether or not a signal came,
+    and only then is ``received_sigterm`` (what Lightning's loops check) set, on every rank at the same point.
+    The watchdog ends the process with exit code 143 :func:`stop_grace_s` seconds after the signal or the agreement
+    if it is still running; a signal arriving while the main thread waits inside a collective still arms it (a
+    wake-up file descriptor read by a thread).
+    """
+    import threading
+
+    from pytorch_lightning.trainer.connectors.signal_connector import _SignalConnector
+
+    class GracefulStop(_SignalConnector):
+        def __init__(self):
+            super().__init__(trainer)
+            self.requested = False
+            self._lock = threading.RLock()  # re-entrant: a second SIGTERM may interrupt the first's handler
+            self._cancelled = threading.Event()
+            self._watchdog = None
+            self._wakeup = None
+
+        def register_signal_handlers(self) -> None:
+            super().register_signal_handlers()  # SIGUSR1 and SLURM's requeue as Lightning; SIGTERM replaced below
+            if threading.current_thread() is not threading.main_thread():
+                return
+            signal.signal(signal.SIGTERM, self._on_sigterm)
+            read_fd, write_fd = os.pipe()
+            os.set_blocking(write_fd, False)
+            try:
+                previous = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+            except ValueError:
+                os.close(read_fd), os.close(write_fd)
+                return
+            self._wakeup = (read_fd, write_fd, previous)
+            threading.Thread(target=self._read_wakeups, args=(read_fd,), daemon=True,
+                             name="mtdnn-sigterm-wakeup").start()
+
+        def _read_wakeups(self, read_fd: int) -> None:
+            while True:
+                try:
+                    data = os.read(read_fd, 64)
+                except OSError:
+                    return
+                if not data or 0 in data:  # teardown's sentinel
+                    os.close(read_fd)
+                    return
+                if signal.SIGTERM in data:  # the main thread may be blocked in a collective: arm the watchdog
+                    self.requested = True
+                    self.arm_watchdog("SIGTERM")
+
+        def _on_sigterm(self, signum, frame) -> None:
+            first = not self.requested
+            self.requested = True
+            if first:
+                log.info("rank %d: SIGTERM received: stopping at the next step boundary (or the end of this dev "
+                         "evaluation) once every rank has it", trainer.global_rank)
+                launcher = trainer.strategy.launcher
+                if launcher is not None and hasattr(launcher, "procs"):
+                    launcher.kill(signum)  # the local ranks this process launched
+            self.arm_watchdog("SIGTERM")
+
+        def agreed(self) -> None:
+            """Every rank agreed to stop: Lightning's loops stop at their next check, on every rank alike."""
+            self.received_sigterm = True
+            self.arm_watchdog("the ranks agreed to stop")
+
+        def arm_watchdog(self, why: str) -> None:
+            with self._lock:
+                if self._watchdog is not None:
+                    return
+                self._watchdog = threading.Thread(target=self._watch, args=(why, stop_grace_s()), daemon=True,
+                                                  name="mtdnn-sigterm-watchdog")
+                self._watchdog.start()
+
+        def _watch(self, why: str, grace: float) -> None:
+            if self._cancelled.wait(grace):
+                return
+            kept = (f"resume with --resume (from {last_checkpoint})" if last_checkpoint.is_file()
+                    else "no checkpoint was saved yet")
+            sys.stderr.write(f"interrupted: rank {trainer.global_rank}: still running {grace:g} s after {why}: the "
+                             f"ranks never met at a step boundary (another rank died or hangs); exiting without "
+                             f"saving more; {kept}; no metrics.json written\n")
+            sys.stderr.flush()
+            os._exit(SIGTERM_EXIT_CODE)
+
+        def cancel_watchdog(self) -> None:
+            """The stop completed in order (single process): the watchdog must not end the caller's process."""
+            self._cancelled.set()
+
+        def teardown(self) -> None:
+            if self._wakeup is not None and threading.current_thread() is threading.main_thread():
+                read_fd, write_fd, previous = self._wakeup
+                self._wakeup = None
+                signal.set_wakeup_fd(previous)
+                try:
+                    os.write(write_fd, b"\0")
+                except OSError:
+                    pass
+                os.close(write_fd)
+            super().teardown()
+
+    return GracefulStop()
+
+
+def _patient_process_observer() -> None:
+    """Make Lightning's launcher watch its local ranks patiently.
+
+    Lightning's observer thread SIGKILLs the launching process (rank 0) within 5 s of any local rank exiting with a
+    non-zero code, 143 included: after a SIGTERM agreed by every rank, rank 0 could be killed while it saves or
+    reports. This one first gives rank 0 :func:`stop_grace_s` seconds to end by itself (after an agreed stop it
+    exits 143; after a rank's death its next collective fails and it stops with one message), then does as
+    Lightning's.
+    """
+    import time
+
+    import lightning_fabric.strategies.launchers.subprocess_script as fabric_launcher
+    import pytorch_lightning.strategies.launchers.subprocess_script as pl_launcher
+
+    if getattr(pl_launcher._launch_process_observer, "mtdnn_patient", False):
+        return
+
+    class PatientObserver(fabric_launcher._ChildProcessObserver):
+        def _terminate_all(self) -> None:
+            time.sleep(stop_grace_s() + 5)  # a daemon thread: it ends with rank 0's process
+            super()._terminate_all()
+
+    def launch(child_processes) -> None:
+        PatientObserver(child_processes=child_processes, main_pid=os.getpid()).start()
+
+    launch.mtdnn_patient = True
+    pl_launcher._launch_process_observer = launch
+
 
 def engineering_callbacks(last_checkpoint: Path, every_n_steps: int | None = None,
                           eval_every_n_steps: int | None = None) -> list:
     """Callbacks for faults and resumption (engineering, not research).
 
-    - Every ``every_n_steps`` optimizer steps, and on SIGTERM (a scheduler pre-empting the job), save
-      ``last_checkpoint`` at the end of the step (atomically); after SIGTERM Lightning then stops the run.
-      When the step ends with a dev evaluation (``eval_every_n_steps``), the checkpoint is saved again after it, so
+    - Every ``every_n_steps`` optimizer steps, save ``last_checkpoint`` at the end of the step (atomically). When
+      the step ends with a dev evaluation (``eval_every_n_steps``), the checkpoint is saved again after it, so
       that a resumed run neither loses nor repeats that evaluation. With gradient accumulation a checkpoint is
-      saved once per optimizer step, after the batch that completed it (never in the middle of an
-      accumulation); a SIGTERM in the middle of one, or during a dev evaluation, loses that partial work.
+      saved once per optimizer step, after the batch that completed it (never in the middle of an accumulation).
+    - SIGTERM (a scheduler pre-empting the job) to any rank, some or all: at the end of every optimizer step and of
+      every dev evaluation the ranks all-reduce whether one of them received it (a collective of every step, not
+      one only on the signal's path); once they agree, every rank saves ``last_checkpoint`` (rank 0 writes it)
+      and stops there. A signal in the middle of an accumulation stops at the end of that optimizer step; one
+      during a dev evaluation, or in a step that ends with one, stops after the evaluation, which the checkpoint
+      then holds. See :func:`graceful_stop_connector` for the watchdog.
+    - Every rank writes its own RNG states to ``rng-rank<r>.pt`` beside ``last_checkpoint`` whenever it is saved
+      (:func:`~mtdnn.training.lightning.save_rank_rng`), so that a resumed DDP run draws the same dropout masks
+      on every rank.
     - With ``$MTDNN_FAULT_AT_STEP=N``, send this process SIGTERM once N optimizer steps are done (after the step's
       dev evaluation, if it has one): tests of interruption and exact resume use a fixed step, never a timer.
     - With ``$MTDNN_TRACE_DIR``, every rank writes ``trace-rank<r>.jsonl``: per batch the task and the real
       example rows it trained on (for DDP tests).
     """
     import pytorch_lightning as pl
+    import torch
+
+    from .lightning import save_rank_rng
+
+    def stop_requested(trainer) -> bool:
+        connector = trainer._signal_connector
+        return bool(getattr(connector, "requested", False) or trainer.received_sigterm)
+
+    def agree(trainer) -> bool:
+        """Whether any rank asked to stop; every rank calls this at the same points of every run."""
+        local = stop_requested(trainer)
+        if trainer.world_size > 1 and torch.distributed.is_available() and torch.distributed.is_initialized():
+            flag = torch.tensor([1 if local else 0], dtype=torch.int32, device=trainer.strategy.root_device)
+            torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+            return bool(flag.item())
+        return local
+
+    def validation_follows(trainer) -> bool:
+        """Whether Lightning runs a dev evaluation right after this training batch (the same on every rank)."""
+        loop = trainer.fit_loop.epoch_loop
+        try:
+            return bool(loop._should_check_val_fx(trainer.fit_loop._data_fetcher))
+        except Exception:  # noqa: BLE001 - a Lightning without these internals: stop at once, as before
+            return False
 
     class SaveLastCheckpoint(pl.Callback):
         def __init__(self):
             self.saved_step, self.fault_pending = -1, False
+            self.seen_step, self.stopping, self.stop_after_evaluation = None, False, False
+
+        def on_train_start(self, trainer, pl_module):
+            self.seen_step = trainer.global_step
+
+        def stop(self, trainer) -> None:
+            trainer.save_checkpoint(last_checkpoint)
+            self.saved_step = trainer.global_step
+            connector = trainer._signal_connector
+            if hasattr(connector, "agreed"):
+                connector.agreed()
+            else:  # Lightning's own connector (not fit_and_export's trainer)
+                connector.received_sigterm = True
 
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
             step = trainer.global_step
             fault = os.environ.get(FAULT_ENV)
-            if fault and step == int(fault) and not trainer.received_sigterm and not self.fault_pending:
+            if fault and step == int(fault) and not stop_requested(trainer) and not self.fault_pending:
                 if eval_every_n_steps and step % eval_every_n_steps == 0:
                     self.fault_pending = True  # after this step's dev evaluation (on_validation_end)
                 else:
                     os.kill(os.getpid(), signal.SIGTERM)
-            new_step = step != self.saved_step
-            if trainer.received_sigterm or (every_n_steps and new_step and step % every_n_steps == 0):
+            new_step = step != self.seen_step
+            self.seen_step = step
+            if new_step and self.stop_after_evaluation:  # the evaluation did not come after all
+                self.stop_after_evaluation = False
+                self.stop(trainer)
+                return
+            if new_step and not self.stopping and agree(trainer):  # at optimizer step boundaries only
+                self.stopping = True
+                if validation_follows(trainer):
+                    self.stop_after_evaluation = True  # the checkpoint then holds the evaluation
+                else:
+                    self.stop(trainer)
+                    return
+            if every_n_steps and new_step and step % every_n_steps == 0:
                 trainer.save_checkpoint(last_checkpoint)
                 self.saved_step = step
 
@@ -275,9 +483,15 @@ def engineering_callbacks(last_checkpoint: Path, every_n_steps: int | None = Non
             if self.fault_pending:
                 self.fault_pending = False
                 os.kill(os.getpid(), signal.SIGTERM)
-            if self.saved_step == trainer.global_step or trainer.received_sigterm:
+            if self.stop_after_evaluation or (not self.stopping and agree(trainer)):
+                self.stopping, self.stop_after_evaluation = True, False
+                self.stop(trainer)  # with this evaluation in it
+            elif self.saved_step == trainer.global_step:
                 trainer.save_checkpoint(last_checkpoint)  # with this evaluation in it
                 self.saved_step = trainer.global_step
+
+        def on_save_checkpoint(self, trainer, pl_module, checkpoint):  # full checkpoints only: last.ckpt
+            save_rank_rng(last_checkpoint.parent, trainer.global_rank, trainer.world_size, checkpoint["global_step"])
 
     class TraceSteps(pl.Callback):
         def __init__(self, directory: Path):
@@ -533,7 +747,7 @@ def fit(config: TrainConfig, *, overwrite: bool = False, resume: bool = False) -
     document = {**config.to_yaml_dict(), RESOLVED_KEY: resolved}
     resume_from = check_resumable(run_dir, document) if resume else None
     lock = None
-    if is_global_zero():
+    if is_global_zero(config.devices if isinstance(config.devices, int) else None, config.num_nodes):
         datamodule.prepare_data()  # parse and tokenize now, so data errors come before the run directory
         check_eval_interval(config, datamodule)
         # one writer per run directory: a second training started on it is refused here, having written nothing
@@ -640,7 +854,7 @@ def fit_and_export(module, datamodule, tasks: dict[str, TaskDef], tokenizer, run
     from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
 
     from .export import export_model
-    from .lightning import TrainingDiverged
+    from .lightning import RANK_RNG_FILE, TrainingDiverged
     from .logs import summary_callback
     from .runs import AtomicCheckpointIO, CHECKPOINT_DIR, EXPORT_DIR, METRICS_FILE, SCHEDULE_FILE, check_finite_run, \
         load_checkpoint_file
@@ -676,6 +890,12 @@ def fit_and_export(module, datamodule, tasks: dict[str, TaskDef], tokenizer, run
                          use_distributed_sampler=False, callbacks=callbacks,
                          logger=build_loggers(config, run_dir, resume_step), plugins=[AtomicCheckpointIO()],
                          default_root_dir=run_dir, log_every_n_steps=10, **evaluation)
+    if resume_from is not None:
+        check_world_size(resume_from, trainer.world_size)
+    last_path = run_dir / CHECKPOINT_DIR / "last.ckpt"
+    # SIGTERM: the ranks agree to stop at a step boundary (engineering_callbacks), never in the signal handler
+    stopper = trainer._signal_connector = graceful_stop_connector(trainer, last_path)
+    _patient_process_observer()
     sigint = signal.getsignal(signal.SIGINT)
     try:
         # the checkpoint holds tensors and plain values only (RNG states included): no pickled objects on resume
@@ -684,18 +904,33 @@ def fit_and_export(module, datamodule, tasks: dict[str, TaskDef], tokenizer, run
         if not trainer.interrupted:
             raise
     except TrainingDiverged as err:
-        last_path = run_dir / CHECKPOINT_DIR / "last.ckpt"
         kept = (f"the last checkpoint before it is kept: {last_path}" if last_path.is_file()
                 else "no checkpoint had been saved before it")
         raise Diverged(f"{err}; {kept}; no metrics.json written", DIVERGED_EXIT_CODE) from None
+    except Exception as err:
+        if trainer.world_size <= 1 or not is_peer_failure(err):
+            raise
+        kept = f"resume with --resume (from {last_path})" if last_path.is_file() else "no checkpoint was saved yet"
+        if stopper.requested or stopper.received_sigterm:  # stopping on SIGTERM when a peer went first
+            raise Interrupted(f"rank {trainer.global_rank}: SIGTERM: another rank ended first; {kept}; no "
+                              "metrics.json written",
+                              SIGTERM_EXIT_CODE) from None
+        first_line = str(err).strip().splitlines()[0][:300] if str(err).strip() else type(err).__name__
+        raise RankLost(f"rank {trainer.global_rank}: another rank of this {trainer.world_size}-process run died "
+                       f"(its collective failed here: {first_line}); this rank stops too; {kept}; no metrics.json "
+                       "written", RANK_LOST_EXIT_CODE) from None
     finally:
         signal.signal(signal.SIGINT, sigint)  # Lightning leaves SIGINT ignored after an interrupt
+        if trainer.world_size <= 1:  # no peer to wait for; the caller's process goes on (the API, tests)
+            stopper.cancel_watchdog()
     if trainer.interrupted:
-        last_path = run_dir / CHECKPOINT_DIR / "last.ckpt"
         hint = (f"resume with --resume (from {last_path})" if last_path.is_file()
                 else "no checkpoint was saved yet (they are saved at epoch ends, every --checkpoint-every-n-steps "
                      "and on SIGTERM)")
-        raise Interrupted(f"{hint}; no metrics.json written", 143 if trainer.received_sigterm else 130)
+        sigterm = stopper.requested or trainer.received_sigterm
+        rank = f"rank {trainer.global_rank}: " if trainer.world_size > 1 else ""
+        raise Interrupted(f"{rank}{'SIGTERM' if sigterm else 'Ctrl-C'}: {hint}; no metrics.json written",
+                          SIGTERM_EXIT_CODE if sigterm else 130)
     stopped = early_stopping is not None and early_stopping.wait_count >= early_stopping.patience
     expected_steps = planned_steps(config, len(datamodule.train_sampler))
     if not stopped and trainer.global_step != expected_steps:
@@ -721,4 +956,39 @@ def fit_and_export(module, datamodule, tasks: dict[str, TaskDef], tokenizer, run
     write_json_atomic(run_dir / METRICS_FILE, summary)
     if not config.keep_last_checkpoint:  # the run is complete: nothing to resume
         (run_dir / CHECKPOINT_DIR / "last.ckpt").unlink(missing_ok=True)
+        for rng_file in (run_dir / CHECKPOINT_DIR).glob(RANK_RNG_FILE.format(rank="*")):
+            rng_file.unlink(missing_ok=True)
     return summary
+
+
+def check_world_size(checkpoint: Path, world_size: int) -> None:
+    """Refuse to resume ``checkpoint`` with another number of processes than the run that saved it (each rank's
+    data shard and random state belong to one world size). Checkpoints saved before the world size was recorded
+    pass.
+
+    Raises:
+        ConfigError: naming the saved and the requested world size.
+    """
+    from .runs import load_checkpoint_file
+
+    saved = load_checkpoint_file(checkpoint).get("mtdnn", {}).get("world_size")
+    if saved is not None and int(saved) != int(world_size):
+        raise ConfigError(f"--resume: {checkpoint} was saved by a run of {saved} process(es) (world size {saved}), "
+                          f"and this run would have {world_size} (world size {world_size}, from --devices and "
+                          f"--num-nodes); resume with the same --devices and --num-nodes, or start a new run")
+
+
+PEER_FAILURE_MARKERS = ("connection closed by peer", "connection reset by peer", "broken pipe", "gloo", "nccl",
+                        "socket closed", "connection refused", "timed out")
+
+
+def is_peer_failure(err: BaseException) -> bool:
+    """Whether ``err`` is a collective failing because another rank went away (torch.distributed's errors, or the
+    communication library's RuntimeError naming the lost connection)."""
+    import torch
+
+    dist_error = getattr(torch.distributed, "DistError", None)
+    if dist_error is not None and isinstance(err, dist_error):
+        return True
+    text = str(err).lower()
+    return isinstance(err, RuntimeError) and any(m in text for m in PEER_FAILURE_MARKERS)
