@@ -847,8 +847,13 @@ def fit_and_export(module, datamodule, tasks: dict[str, TaskDef], tokenizer, run
     Returns:
         The metrics summary; None on ranks other than 0.
 
+    Under DDP a SIGTERM to any rank stops every rank at the same step boundary (see :func:`engineering_callbacks`
+    and :func:`graceful_stop_connector`).
+
     Raises:
         Interrupted: Ctrl-C (130) or SIGTERM (143), after ``last.ckpt`` is saved where possible.
+        RankLost: another rank of a distributed run died (exit code 1).
+        ConfigError: resuming with another world size than the checkpoint's (:func:`check_world_size`).
     """
     import pytorch_lightning as pl
     from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
