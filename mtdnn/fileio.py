@@ -227,6 +227,10 @@ def read_checkpoint(path: str | Path) -> dict:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # zip and unpickling errors have many types
+        if "Weights only load failed" in str(err):  # a pickled object other than tensors and plain values
+            raise CheckpointError(f"{path}: the checkpoint holds objects other than tensors and plain values; they are "
+                                  "refused (unpickling them could run code), and this toolkit never writes them"
+                                  ) from None
         raise CheckpointError(f"{path}: cannot read the checkpoint, it is truncated or damaged ({err})") from None
     if not isinstance(state, dict):
         raise CheckpointError(f"{path}: not a checkpoint (holds a {type(state).__name__}, not a mapping)")
@@ -354,7 +358,7 @@ def check_output_dir(path: str | Path, flag: str, kind: str, recognised=None) ->
         UserError: the directory holds other files (naming up to three), is another kind of toolkit output, or is
             not writable (:func:`prepare_output_dir`).
     """
-    path = prepare_output_dir(path, flag)
+    path = check_name_lengths(path, flag)
     where = f"{flag}: " if flag else ""
     try:
         # the lock file alone (a run killed before its first file) counts as empty
@@ -362,15 +366,15 @@ def check_output_dir(path: str | Path, flag: str, kind: str, recognised=None) ->
     except OSError as err:
         raise UserError(f"{where}{path}: cannot be listed ({err.strerror})") from None
     if not entries:
-        return path
+        return prepare_output_dir(path, flag)  # the writability probe only once the directory is ours to write
     record = output_record(path)
     if record is not None:
         if record["kind"] == kind:
-            return path
+            return prepare_output_dir(path, flag)
         raise UserError(f"{where}{path}: is a {OUTPUT_KINDS[record['kind']]} of this toolkit, not a "
                         f"{OUTPUT_KINDS[kind]}; choose another directory (nothing was changed)")
     if recognised is not None and recognised(path):
-        return path
+        return prepare_output_dir(path, flag)
     shown = ", ".join(quote_prefix(e, 40) for e in entries[:3]) + (f" and {len(entries) - 3} more"
                                                                     if len(entries) > 3 else "")
     raise UserError(f"{where}{path}: the directory holds files that are not this toolkit's ({shown}) and is not a "
@@ -437,10 +441,10 @@ class DirectoryLock:
         self.release()
 
 
-TEMPORARY = re.compile(r"^(?P<name>.+?)\.(?:(?P<pid>\d+)\.)?[A-Za-z0-9_]{6,12}\.tmp$")
-"""A temporary of :func:`write_atomic`: ``<name>.<pid>.<random>.tmp`` (``<name>.<random>.tmp`` before the pid)."""
-TEMPORARY_DIR = re.compile(r"^\.(?P<name>.+?)\.(?:(?P<pid>\d+)\.)?[A-Za-z0-9_]{6,12}$")
-"""A temporary directory of an atomic directory write: ``.<name>.<pid>.<random>`` (``.<name>.<random>`` before)."""
+TEMPORARY = re.compile(r"^(?P<name>.+)\.(?P<pid>\d+)\.[A-Za-z0-9_]{6,12}\.tmp$")
+"""A temporary of :func:`write_atomic`: ``<name>.<pid>.<random>.tmp``."""
+TEMPORARY_DIR = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)\.[A-Za-z0-9_]{6,12}$")
+"""A temporary directory of an atomic directory write: ``.<name>.<pid>.<random>``."""
 
 
 def _alive(pid: int) -> bool:
@@ -448,15 +452,15 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:  # another user's live process
+    except (PermissionError, OverflowError):  # another user's live process; a number no pid can be
         return True
     return True
 
 
-def remove_stale_temporaries(directory: str | Path, names: set[str] | None = None, *, locked: bool,
-                             recursive: bool = False) -> list[Path]:
+def remove_stale_temporaries(directory: str | Path, names, *, locked: bool, recursive: bool = False) -> list[Path]:
     """Remove what atomic writes of a killed process left in ``directory``: files ``<name>.<pid>.<random>.tmp``
-    and directories ``.<name>.<pid>.<random>``, for the ``names`` given (None: any name).
+    and directories ``.<name>.<pid>.<random>``, for the ``names`` the toolkit writes there only (a set of names, or
+    a predicate ``str -> bool``); nothing else, nothing behind a symbolic link.
 
     With ``locked`` (the caller holds the directory's :class:`DirectoryLock`, so no live writer of ours is in it)
     every such temporary is removed; without it only those whose process id is not a live process.
@@ -467,24 +471,63 @@ def remove_stale_temporaries(directory: str | Path, names: set[str] | None = Non
     import shutil
 
     directory = Path(directory)
-    removed = []
-    try:
-        entries = list(directory.rglob("*") if recursive else directory.iterdir())
-    except OSError:
+    wanted = names if callable(names) else (lambda name: name in names)
+    removed: list[Path] = []
+    if directory.is_symlink() or not directory.is_dir():
         return removed
-    for entry in entries:
-        is_dir = entry.is_dir() and not entry.is_symlink()
-        match = (TEMPORARY_DIR if is_dir else TEMPORARY).match(entry.name)
-        if match is None or (names is not None and match["name"] not in names):
-            continue
-        if not locked and (match["pid"] is None or _alive(int(match["pid"]))):
-            continue
+    pending = [directory]
+    while pending:
+        current = pending.pop()
         try:
-            shutil.rmtree(entry) if is_dir else entry.unlink()
+            entries = list(current.iterdir())
         except OSError:
             continue
-        removed.append(entry)
+        for entry in entries:
+            if entry.is_symlink():
+                continue
+            is_dir = entry.is_dir()
+            match = (TEMPORARY_DIR if is_dir else TEMPORARY).match(entry.name)
+            if match is None or not wanted(match["name"]):
+                if is_dir and recursive:
+                    pending.append(entry)
+                continue
+            if not locked and _alive(int(match["pid"])):
+                continue
+            try:
+                shutil.rmtree(entry) if is_dir else entry.unlink()
+            except OSError:
+                continue
+            removed.append(entry)
     return removed
+
+
+def write_torch_atomic(path: str | Path, obj: Any) -> None:
+    """``torch.save(obj)`` to ``path`` through ``<name>.<pid>.<random>.tmp`` and ``os.replace``.
+
+    Raises:
+        UserError: the location cannot be written (naming the file); the previous file is kept.
+    """
+    import torch
+
+    path = Path(path)
+    make_dir(path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=temporary_prefix(path), suffix=".tmp", dir=path.parent)
+    except OSError as err:
+        raise UserError(f"{path}: cannot write ({err.strerror})") from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, default_mode())
+        os.replace(tmp, path)
+    except OSError as err:
+        Path(tmp).unlink(missing_ok=True)
+        raise UserError(f"{path}: cannot write ({err.strerror}); the previous file is kept") from None
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def temporary_prefix(path: Path) -> str:

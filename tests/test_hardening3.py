@@ -381,15 +381,35 @@ def test_predict_removes_temporaries_of_dead_processes_only(export_dir, tmp_path
     assert output.is_file() and not dead.exists() and live.exists() and other.exists()
 
 
-def test_a_teacher_rerun_removes_soft_target_temporaries(tmp_path):
+def test_a_teacher_rerun_removes_soft_target_temporaries_and_nothing_else(tmp_path):
+    from mtdnn.distillation.teachers import _teacher_entry
     from mtdnn.fileio import remove_stale_temporaries
 
     logits = tmp_path / "teachers" / "rte" / "logits"
     logits.mkdir(parents=True)
     (logits / "member-1-train").mkdir()
     stale = [logits / ".member-1-dev.99999999.abcdefgh", logits / ".member-1-train.12345.replaced",
-             logits / ".member-2-dev.qwertyui"]
-    for path in stale:
-        path.mkdir()
-    removed = remove_stale_temporaries(tmp_path / "teachers", locked=True, recursive=True)
-    assert sorted(removed) == sorted(stale) and (logits / "member-1-train").is_dir()
+             tmp_path / "teachers" / "teachers.json.4242.abcdefgh.tmp"]
+    kept = [logits / ".member-2-dev.qwertyui",  # no process id: not a temporary of this toolkit
+            tmp_path / "teachers" / ".notes.12345.archive", tmp_path / "teachers" / "draft.12.backup1.tmp"]
+    for path in stale + kept:
+        path.mkdir() if not path.name.endswith(".tmp") else path.write_text("x")
+    removed = remove_stale_temporaries(tmp_path / "teachers", _teacher_entry, locked=True, recursive=True)
+    assert sorted(removed) == sorted(stale) and all(p.exists() for p in kept) and (logits / "member-1-train").is_dir()
+
+
+def test_cleanup_keeps_user_files_of_similar_names_and_never_follows_a_link(tmp_path):
+    from mtdnn.training.runs import lock_run_dir
+
+    run, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
+    run.mkdir()
+    elsewhere.mkdir()
+    (run / "checkpoints").symlink_to(elsewhere, target_is_directory=True)
+    user = [run / "draft.backup.tmp", run / "metrics.json.user_copy.tmp", run / ".notes.archive",
+            run / ".cache.mydata1", elsewhere / "last.ckpt.99999999.partial.tmp", elsewhere / "paper.abcdefgh.tmp"]
+    for path in user:
+        path.mkdir() if path.name.startswith(".") else path.write_text("mine")
+    ours = run / "metrics.json.99999999.abcdefgh.tmp"
+    ours.write_text("partial")
+    lock_run_dir(run).release()
+    assert all(p.exists() for p in user) and not ours.exists()

@@ -55,6 +55,15 @@ log = logging.getLogger("mtdnn.teachers")
 SUMMARY_JSON, SUMMARY_MD = "teachers.json", "teachers.md"
 
 
+def _teacher_entry(name: str) -> bool:
+    """Whether the teacher build writes a file or directory of this name (its temporaries are removed on a rerun):
+    the manifest and report, member records, cached outputs and fold task definitions."""
+    import re
+
+    return bool(re.fullmatch(r"teachers\.(yaml|json|md)|member-\d+\.json|member-\d+-(train|dev)|fold-\d+\.yaml",
+                             name))
+
+
 # --------------------------------------------------------------------------------------------------- scoring
 
 
@@ -471,7 +480,7 @@ def build(spec: TeacherSpec, spec_path: str, data_dir: Path, from_run: str | Non
     # 2. The resolved spec, then each member: train (unless complete), then cache its outputs.
     # One build per teacher directory at a time; what a killed build left (soft-target temporaries) is removed.
     lock = DirectoryLock(claim_output_dir(teacher_dir, "teachers"), teacher_flag)
-    remove_stale_temporaries(teacher_dir, locked=True, recursive=True)
+    remove_stale_temporaries(teacher_dir, _teacher_entry, locked=True, recursive=True)
     try:
         manifest = {"spec": str(spec_path), "task_defs": str(Path(spec.task_defs).resolve()), "from_run": str(run_path),
                     "encoder": encoder, "data_dir": str(data_dir), "finetune": spec.finetune.model_dump(),

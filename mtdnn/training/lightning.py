@@ -499,22 +499,13 @@ def save_rank_rng(directory: Path, rank: int, world_size: int, global_step: int)
     global step of the checkpoint they belong to and the world size; no collective (every rank writes its own).
 
     Raises:
-        OSError: the file cannot be written (the previous one is kept).
+        UserError: the file cannot be written (the previous one is kept).
     """
-    import os
+    from ..fileio import write_torch_atomic
 
     path = Path(directory) / RANK_RNG_FILE.format(rank=rank)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            torch.save({"global_step": int(global_step), "world_size": int(world_size), "rank": int(rank),
-                        "rng": rng_state()}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_torch_atomic(path, {"global_step": int(global_step), "world_size": int(world_size), "rank": int(rank),
+                              "rng": rng_state()})
     return path
 
 
@@ -524,17 +515,20 @@ def load_rank_rng(directory: Path, rank: int, global_step: int | None) -> dict |
     import logging
 
     path = Path(directory) / RANK_RNG_FILE.format(rank=rank)
+    from ..errors import UserError
+    from ..fileio import read_checkpoint
+
     problem = None
     try:
-        saved = torch.load(path, map_location="cpu", weights_only=True)
-        if not isinstance(saved, dict) or "rng" not in saved:
+        saved = read_checkpoint(path) if path.is_file() else None
+        if saved is None:
+            problem = "it is missing"
+        elif "rng" not in saved:
             problem = "not an RNG state file"
         elif global_step is not None and saved.get("global_step") != global_step:
             problem = f"it is of step {saved.get('global_step')}, the checkpoint of step {global_step}"
-    except FileNotFoundError:
-        problem = "it is missing"
-    except Exception as err:  # noqa: BLE001 - truncated or damaged: resume all the same, not exactly
-        problem = f"it cannot be read ({type(err).__name__})"
+    except UserError as err:  # truncated or damaged: resume all the same, not exactly
+        problem = f"it cannot be read ({err})"
     if problem is not None:
         logging.getLogger("mtdnn.train").warning(
             "rank %d: %s: %s; this rank continues with rank 0's random state, so the resumed run is not exactly "

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,10 +57,15 @@ def is_run_dir(directory: str | Path) -> bool:
     if not path.is_file():
         return False
     try:
-        _, resolved = read_run_config(directory)
+        settings, resolved = read_run_config(directory)
     except UserError:
         return False
-    return resolved.get("command") in RUN_COMMANDS
+    # a whole TrainConfig and this toolkit's command: a two-line file naming the command is not a run
+    from .config import TrainConfig
+
+    if resolved.get("command") not in RUN_COMMANDS or not isinstance(resolved.get("tasks"), dict):
+        return False
+    return set(TrainConfig.model_fields) <= set(settings)
 
 
 def check_run_dir(run_dir: str | Path, flag: str = "--output-dir") -> Path:
@@ -79,8 +85,10 @@ def lock_run_dir(run_dir: str | Path, flag: str = "--output-dir") -> DirectoryLo
         UserError: another process is writing in ``run_dir`` (naming its pid).
     """
     lock = DirectoryLock(run_dir, flag)
-    remove_stale_temporaries(run_dir, locked=True)
-    remove_stale_temporaries(Path(run_dir) / CHECKPOINT_DIR, locked=True)
+    remove_stale_temporaries(run_dir, RUN_ENTRIES | {"report.json", "report.md"}, locked=True)
+    remove_stale_temporaries(Path(run_dir) / CHECKPOINT_DIR,
+                             lambda name: name in ("last.ckpt", "best.ckpt") or re.fullmatch(r"rng-rank\d+\.pt", name),
+                             locked=True)
     return lock
 
 
