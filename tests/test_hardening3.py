@@ -71,6 +71,14 @@ def test_a_directory_of_another_kind_is_refused_by_name(tmp_path, tiny_encoder, 
     assert (teachers_dir / "teachers.json").is_file()
 
 
+def test_a_forged_config_yaml_does_not_make_a_directory_a_run(tmp_path, tiny_encoder, capsys):
+    target = user_dir(tmp_path / "mine")
+    (target / "config.yaml").write_text("resolved:\n  command: train\n")
+    code, err = exit_code_and_error(train, tiny_train_args(tmp_path, tiny_encoder, target, "--overwrite"), capsys)
+    assert code == 2 and "holds files that are not this toolkit's" in err
+    assert sorted(p.name for p in target.iterdir()) == ["config.yaml", "notes", "thesis.tex"]
+
+
 def test_replacing_a_run_removes_only_what_a_run_writes(tmp_path, tiny_encoder, tiny_run, capsys):
     import shutil
 
@@ -257,8 +265,9 @@ def test_pad_to_multiple_beyond_the_encoder_positions_exits_2(tmp_path, tiny_enc
     assert not out.exists()
 
 
-@pytest.mark.parametrize("name, why", [("rte.v2", "a letter followed by"), ("keys", "reserved"),
-                                       ("training", "reserved"), ("a b", "a letter followed by")])
+@pytest.mark.parametrize("name, why", [("rte.v2", "e.g. 'rte_v2'"), ("keys", "reserved"),
+                                       ("training", "reserved"), ("a b", "e.g. 'a_b'"), ("é", "e.g. 'task'"),
+                                       ("x" * 300, "e.g. '" + "x" * 64 + "'")])
 def test_task_names_that_cannot_key_a_head_exit_2(tmp_path, tiny_encoder, capsys, name, why):
     task_file = tiny_task_file(tmp_path)
     task_file.write_text(task_file.read_text().replace("  tiny:", f"  {json.dumps(name)}:"))
@@ -360,14 +369,16 @@ def test_resume_removes_temporaries_of_a_killed_run(tmp_path, tiny_encoder, monk
     assert code == 143 and (out / "checkpoints" / "last.ckpt").is_file()
     monkeypatch.delenv("MTDNN_FAULT_AT_STEP")
     leftovers = [out / ".export.99999999.abcdefgh", out / "metrics.json.99999999.k2j3h4g5.tmp",
-                 out / "metrics.json.a1b2c3d4.tmp", out / "checkpoints" / "last.ckpt.99999999.partial.tmp"]
+                 out / "checkpoints" / "last.ckpt.99999999.partial.tmp"]
     leftovers[0].mkdir()
     (leftovers[0] / "heads.safetensors").write_bytes(b"partial")
     for path in leftovers[1:]:
         path.write_text("partial")
-    (out / "keep.me.tmp").write_text("a user's file")  # not of the toolkit's naming
+    kept = [out / "keep.me.tmp", out / "metrics.json.a1b2c3d4.tmp", out / "notes.123.backup1.tmp"]
+    for path in kept:  # not of the toolkit's naming: no process id, or not a name a run writes
+        path.write_text("a user's file")
     assert train.main([str(a) for a in tiny_train_args(tmp_path, tiny_encoder, out, "--resume")]) == 0
-    assert not any(p.exists() for p in leftovers) and (out / "keep.me.tmp").is_file()
+    assert not any(p.exists() for p in leftovers) and all(p.is_file() for p in kept)
 
 
 def test_predict_removes_temporaries_of_dead_processes_only(export_dir, tmp_path, capsys):  # noqa: F811

@@ -376,9 +376,10 @@ def check_task_name(name: object, source: str) -> str:
     """
     text = str(name)
     if not TASK_NAME.fullmatch(text):
-        raise ConfigError(f"{source}: task {text[:80]!r}: a task name is a letter followed by up to 63 letters, "
-                          "digits, '_' or '-' (no '.', '/' or spaces): rename it, e.g. "
-                          f"{re.sub(r'[^A-Za-z0-9_-]', '_', text)[:64]!r}")
+        hint = re.sub(r"[^A-Za-z0-9_-]+", "_", text).strip("_-")
+        hint = (hint if hint[:1].isalpha() and hint.isascii() else f"task_{hint}".rstrip("_"))[:64]
+        raise ConfigError(f"{source}: task {quote_prefix(text, 80)}: a task name is a letter followed by up to 63 "
+                          f"letters, digits, '_' or '-' (no '.', '/' or spaces): rename it, e.g. {hint!r}")
     import torch.nn
 
     if hasattr(torch.nn.ModuleDict(), text):
