@@ -400,10 +400,17 @@ def test_a_changed_member_invalidates_its_cached_outputs(world, monkeypatch, cap
     from safetensors.torch import load_file, save_file
 
     from mtdnn import distill
+    from mtdnn.fileio import file_digest
 
     copy = copy_teachers(world, "teachers-changed")
     heads = copy / "rte" / "member-1" / "export" / "heads.safetensors"
     save_file({k: v + 1.0 for k, v in load_file(str(heads)).items()}, str(heads))
+    # a member exported again with other weights: its export records the new heads' digest (issue 24: an export
+    # whose heads do not match its record is refused, not loaded)
+    meta_path = heads.parent / "mtdnn_export.json"
+    meta = json.loads(meta_path.read_text())
+    meta["digests"]["heads.safetensors"] = file_digest(heads)
+    meta_path.write_text(json.dumps(meta))
     spec = student_spec(world, "never2", teachers=str(copy))
     code, err = run_exit_code(distill.main, [spec, "--data-dir", str(world["data"])], capsys)
     assert code == 2 and "field 'member_export'" in err and "member 1 of task 'rte' changed" in err

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from mtdnn.cli import predict
-from mtdnn.errors import CheckpointError, ConfigError, DataError, UserError, run_cli
+from mtdnn.errors import CheckpointError, ConfigError, DataError, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 GLUE = str(ROOT / "task_defs" / "glue.yaml")

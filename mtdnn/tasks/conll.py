@@ -134,7 +134,8 @@ def read_conll(path: Path, columns: list[str], token_column: str, tag_column: st
                 if tag_at is not None:
                     tag = fields[tag_at].strip()
                     if tag not in tag_ids:
-                        raise DataError(f"{where}, field '{tag_column}': tag {quote_prefix(tag)} is not in the task's tag set "
+                        raise DataError(f"{where}, field '{tag_column}': tag {quote_prefix(tag)} is not in the task's "
+                                        "tag set "
                                         f"({', '.join(labels)})")
                     tags.append(tag_ids[tag])
                 if not words:

@@ -244,9 +244,9 @@ def _build_examples(task: TaskDef, split: str, source: str, columns: list[str], 
                 problem = (task.label, row[task.label], str(err))
         if problem is not None:
             col, value, reason = problem
+            shown = quote_prefix(value, quoted=not isinstance(value, _Typed))  # a JSON value as its JSON text
             message = (f"{source}: line {line}: task '{task.name}', field '{col}': {reason}"
-                       + (f" (value: {quote_prefix(value, quoted=not isinstance(value, _Typed))})" if col != "row" else f" (found {value} fields)" if value
-                          else ""))
+                       + (f" (value: {shown})" if col != "row" else f" (found {value} fields)" if value else ""))
             if task.on_malformed == "skip":
                 log.warning("skipping malformed row: %s", message)
                 continue

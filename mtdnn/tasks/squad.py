@@ -71,7 +71,8 @@ def parse_squad(document: object, source: str, task: str) -> list[QAExample]:
     for a, article in enumerate(articles):
         _expect(article, dict, f"{where}, article {a}", "(article)")
         title = str(article.get("title", ""))
-        paragraphs = _expect(article.get("paragraphs"), list, f"{where}, article {a} ({quote_prefix(title)})", "paragraphs")
+        paragraphs = _expect(article.get("paragraphs"), list, f"{where}, article {a} ({quote_prefix(title)})",
+                             "paragraphs")
         for p, paragraph in enumerate(paragraphs):
             at = f"{where}, article {a} ({quote_prefix(title)}), paragraph {p}"
             _expect(paragraph, dict, at, "(paragraph)")
@@ -106,7 +107,8 @@ def parse_squad(document: object, source: str, task: str) -> list[QAExample]:
                     if context[start:start + len(text)] != text:
                         found = context[start:start + len(text)]
                         raise DataError(f"{here}: field 'answers[{n}].answer_start': {start} does not point at the "
-                                        f"answer text {quote_prefix(text)} (the context there reads {quote_prefix(found)})")
+                                        f"answer text {quote_prefix(text)} (the context there reads "
+                                        f"{quote_prefix(found)})")
                     answers.append(Answer(text, start))
                 examples.append(QAExample(qid, question, context, answers, a, title))
     if not examples:

@@ -138,7 +138,8 @@ def read_file(task: TaskDef, split: str, path) -> list:
         examples = read_squad(path, task.name, spec.encoding)
         unanswered = [ex.id for ex in examples if not ex.answers]
         if needs_gold and unanswered:
-            raise DataError(f"{path}: task '{task.name}', split '{split}', question id {quote_prefix(unanswered[0])}: field "
+            raise DataError(f"{path}: task '{task.name}', split '{split}', question id "
+                            f"{quote_prefix(unanswered[0])}: field "
                             f"'answers': no answer ({len(unanswered)} of {len(examples)} questions have none); "
                             f"every question of a {split} split needs at least one")
         return examples
