@@ -165,6 +165,15 @@ def remote_code_export(export_dir: Path, tmp_path: Path) -> Path:
     document["auto_map"] = {"AutoModel": "evil.EvilModel"}
     config.write_text(json.dumps(document))
     (received / "encoder" / "evil.py").write_text("raise SystemExit('remote code ran')\n")
+    # an adversary records the changed files' digests too, so that only the remote-code rule can refuse it
+    from mtdnn.fileio import file_digest
+
+    meta_path = received / "mtdnn_export.json"
+    meta = json.loads(meta_path.read_text())
+    if "digests" in meta:
+        for name in ("encoder/config.json", "encoder/evil.py"):
+            meta["digests"][name] = file_digest(received / name)
+        meta_path.write_text(json.dumps(meta))
     return received
 
 
@@ -179,6 +188,21 @@ def test_an_export_asking_for_remote_code_is_refused_without_the_flag(export_dir
     assert code == 2 and "--trust-remote-code" in err
     with pytest.raises(ConfigError, match="asks to run code of its own"):
         mtdnn.load(received)
+
+
+def test_training_and_transfer_from_a_folder_asking_for_remote_code_exit_2(export_dir, tmp_path, tiny_encoder,  # noqa: F811
+                                                                          data_dir, capsys):
+    received = remote_code_export(export_dir, tmp_path)
+    for flags in (["--encoder", received / "encoder"], ["--init-from", received]):
+        args = [tiny_task_file(tmp_path), "--data-dir", tmp_path, "--accelerator", "cpu", "--output-dir",
+                tmp_path / "run", *flags]
+        code, err = exit_code_and_error(train, args, capsys)
+        assert code == 2 and "asks to run code of its own" in err and "--trust-remote-code" in err
+        assert "remote code ran" not in err and not (tmp_path / "run").exists()
+    code, err = exit_code_and_error(transfer, ["--task", "snli", "--task-defs", GLUE, "--encoders", received,
+                                               "--data-dir", data_dir, "--sizes", "6", "--seeds", "1",
+                                               "--output-dir", tmp_path / "transfer", "--accelerator", "cpu"], capsys)
+    assert code == 2 and "asks to run code of its own" in err and not (tmp_path / "transfer").exists()
 
 
 def test_a_checkpoint_saying_trust_remote_code_does_not_turn_it_on(tiny_run, tmp_path, capsys):

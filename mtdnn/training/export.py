@@ -35,13 +35,11 @@ from ..errors import CheckpointError, ConfigError, UserError
 from ..fileio import (default_mode, file_digest, file_digests, make_dir, read_json, read_safetensors, read_yaml,
                       write_json_atomic, write_yaml_atomic)
 from ..modeling.heads import resolve_pooling
-from ..modeling.model import EXPORT_META, MultiTaskModel, load_encoder, load_tokenizer
+from ..modeling.model import CHECKED_FOLDERS, EXPORT_META, MultiTaskModel, load_encoder, load_tokenizer, verify_export  # noqa: F401
 from ..tasks.taskdef import TaskDef, parse_tasks
 from .hf_export import write_hf_models
 
 FORMAT_VERSION = 1
-CHECKED_FOLDERS = ("encoder/", "hf/")
-"""Folders of an export whose every file must be recorded in its digests (transformers loads whatever is there)."""
 
 log = logging.getLogger(__name__)
 
@@ -91,63 +89,6 @@ def export_model(model: MultiTaskModel, tokenizer, tasks: dict[str, TaskDef], ou
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out_dir
-
-
-def verify_export(export_dir: str | Path, parts: str = "") -> dict:
-    """Check an export's files against the digests its ``mtdnn_export.json`` records; returns the metadata.
-
-    Args:
-        parts: only the files whose relative path starts with this (``"encoder/"``); default every file.
-
-    Every recorded file must exist with its recorded SHA-256 (hashed by buffered reads, so bytes changed in place
-    without changing the size are seen), and every file under ``encoder/`` and ``hf/`` must be recorded. An
-    export written before digests were recorded is loaded with a warning (nothing to check).
-
-    Raises:
-        CheckpointError: not an export, damaged metadata, or a part that is missing, changed or not recorded
-            (naming the file).
-    """
-    export_dir = Path(export_dir)
-    meta_path = export_dir / EXPORT_META
-    if not meta_path.is_file():
-        raise CheckpointError(f"{export_dir}: not an mtdnn export (no {EXPORT_META})")
-    meta = read_json(meta_path, CheckpointError, "export metadata")
-    if not isinstance(meta, dict):
-        raise CheckpointError(f"{meta_path}: damaged export metadata (not a JSON object)")
-    digests = meta.get("digests")
-    if digests is None:
-        log.warning("%s: written before exports recorded the digests of their files; its parts are not checked "
-                    "(export it again to have them checked)", meta_path)
-        return meta
-    if not isinstance(digests, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in digests.items()):
-        raise CheckpointError(f"{meta_path}: field 'digests': damaged (expected {{file: sha256}})")
-    for name, recorded in sorted(digests.items()):
-        if not name.startswith(parts):
-            continue
-        path = export_dir / name
-        if not path.is_file():
-            raise CheckpointError(f"{path}: part of the export is missing (recorded in {meta_path})")
-        if file_digest(path) != recorded:
-            _read_part(path)  # a truncated or unparsable part: that more precise message first
-            raise CheckpointError(f"{path}: does not match the digest recorded in {meta_path} (the file was changed "
-                                  "or comes from another export); export the run again")
-    for path in sorted(p for p in export_dir.rglob("*") if p.is_file()):
-        name = path.relative_to(export_dir).as_posix()
-        if name.startswith(CHECKED_FOLDERS) and name.startswith(parts) and name not in digests:
-            raise CheckpointError(f"{path}: not part of the export (not recorded in {meta_path}); remove it or "
-                                  "export the run again")
-    return meta
-
-
-def _read_part(path: Path) -> None:
-    """Read a part of an export by its kind (weights, YAML, JSON), raising its reader's CheckpointError when it is
-    truncated or cannot be parsed (a message more precise than a digest mismatch)."""
-    if path.suffix == ".safetensors":
-        read_safetensors(path)
-    elif path.suffix in (".yaml", ".yml"):
-        read_yaml(path, CheckpointError, "export's file")
-    elif path.suffix == ".json":
-        read_json(path, CheckpointError, "export's file")
 
 
 def load_export_tasks(export_dir: str | Path) -> dict[str, TaskDef]:

@@ -23,10 +23,9 @@ import torch
 
 from ..tasks.data import TokenizedSplit, collate, resolve_data_dir
 from ..errors import CheckpointError, ConfigError
-from ..fileio import read_json
 from .export import is_export_dir, load_export
 from ..modeling.metrics import update_metrics
-from ..modeling.model import MultiTaskModel, load_encoder, load_tokenizer
+from ..modeling.model import MultiTaskModel, check_remote_code, load_encoder, load_tokenizer  # noqa: F401
 from .runs import EXPORT_DIR, complete_run, load_checkpoint_file, read_run_config
 from ..tasks.schedule import EvalBatchSampler
 from ..tasks.taskdef import TaskDef, parse_tasks
@@ -107,39 +106,6 @@ def eval_settings(settings: dict, run_dir: Path) -> dict:
             "pad_to_multiple_of": integer("pad_to_multiple_of", 1, 1),
             "data_dir": data_dir,
             "limit_eval_examples": integer("limit_eval_examples", None, 1)}
-
-
-REMOTE_CODE_FLAG = "--trust-remote-code (trust_remote_code=True)"
-
-
-def check_remote_code(encoder: str | Path, trust_remote_code: bool, asked_by: str | None = None) -> None:
-    """Refuse to load an encoder folder that would run code of its own, unless this invocation allows it.
-
-    ``trust_remote_code`` comes from the command's ``--trust-remote-code`` flag or the API's keyword only: never from
-    a checkpoint, an export, a ``config.yaml`` or a spec (a received run directory must not run its code). A folder
-    asks for code when its ``config.json`` or ``tokenizer_config.json`` has an ``auto_map``.
-
-    Args:
-        asked_by: a file that asked for remote code (a checkpoint's ``hyper_parameters``), named in the message.
-
-    Raises:
-        ConfigError: the folder (or ``asked_by``) asks for remote code and ``trust_remote_code`` is false.
-    """
-    if trust_remote_code:
-        return
-    if asked_by is not None:
-        raise ConfigError(f"{asked_by}: the run was trained with trust_remote_code; its encoder's code runs only "
-                          f"when this command is given {REMOTE_CODE_FLAG}")
-    folder = Path(encoder)
-    for name in ("config.json", "tokenizer_config.json"):
-        path = folder / name
-        if not path.is_file():
-            continue
-        raw = read_json(path, CheckpointError, "encoder configuration")
-        if isinstance(raw, dict) and raw.get("auto_map"):
-            raise ConfigError(f"{path}: asks to run code of its own (auto_map: "
-                              f"{', '.join(map(str, raw['auto_map']))[:120]}); it runs only when this command is "
-                              f"given {REMOTE_CODE_FLAG}: a run, export or config file cannot ask for it")
 
 
 def _load_run(run_dir: Path, checkpoint: str | None, trust_remote_code: bool = False) -> LoadedModel:
