@@ -228,9 +228,9 @@ def read_checkpoint(path: str | Path) -> dict:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # zip and unpickling errors have many types
         if "Weights only load failed" in str(err):  # a pickled object other than tensors and plain values
-            raise CheckpointError(f"{path}: the checkpoint holds objects other than tensors and plain values; they are "
-                                  "refused (unpickling them could run code), and this toolkit never writes them"
-                                  ) from None
+            raise CheckpointError(f"{path}: cannot read the checkpoint: it holds objects other than tensors and plain "
+                                  "values, refused because unpickling them could run code (this toolkit never writes "
+                                  "them), or it is damaged") from None
         raise CheckpointError(f"{path}: cannot read the checkpoint, it is truncated or damaged ({err})") from None
     if not isinstance(state, dict):
         raise CheckpointError(f"{path}: not a checkpoint (holds a {type(state).__name__}, not a mapping)")

@@ -89,7 +89,7 @@ def test_squad_reads_examples_and_rejects_bad_offsets_and_empty_context(tmp_path
     with pytest.raises(DataError, match=r"question id 'q1': field 'answers\[0\].answer_start': 5 does not point at "
                                         r"the answer text 'cat' \(the context there reads 'at '\)"):
         parse_squad(squad_doc(start=5), "f.json", "squad")
-    with pytest.raises(DataError, match=r"paragraph 0 \(question ids q1\): field 'context': empty context"):
+    with pytest.raises(DataError, match=r"paragraph 0 \(question ids 'q1'\): field 'context': empty context"):
         parse_squad(squad_doc(context="  "), "f.json", "squad")
     with pytest.raises(DataError, match=r"question id 'q1': field 'answers\[0\].answer_start': -1 is outside the "
                                         r"context \(\d+ characters\)"):

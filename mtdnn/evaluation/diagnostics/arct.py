@@ -44,9 +44,15 @@ def adversarial_task(task: TaskDef, path: str) -> TaskDef:
 def load_adversarial(task: TaskDef, path: str, data_dir: Path) -> RawSplit:
     """The adversarial rows of ``path`` parsed with ``task``'s columns (see :func:`adversarial_task`).
 
+    ``path`` is the ``--adversarial`` flag's: relative to the data root, or any path given on the command line
+    (task definitions keep their splits inside the root; a flag names a file the user chose).
+
     Raises:
         DataError: the file is missing, lacks a column, or has a malformed row.
     """
+    given = Path(path)
+    if given.is_absolute() or ".." in given.parts:
+        data_dir, path = given.resolve().parent, given.name
     return load_split(adversarial_task(task, path), "adversarial", data_dir)
 
 
