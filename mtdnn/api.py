@@ -50,7 +50,7 @@ def fit(config: TrainConfig | dict | str | Path, *, overwrite: bool = False, res
         config = load_config(path)
         if config.trust_remote_code:  # a file cannot allow code to run; a TrainConfig built in Python can
             raise ConfigError(f"fit({str(path)!r}): field 'trust_remote_code' is true in the file; pass a TrainConfig "
-                              "(or a mapping) with trust_remote_code=True to allow an encoder's own code")
+                              "(or a mapping) whose trust_remote_code field is true to allow an encoder's own code")
     elif not isinstance(config, TrainConfig):
         raise ConfigError(f"fit(config): expected a TrainConfig, a mapping of its fields or a config file path "
                           f"(got {type(config).__name__})")

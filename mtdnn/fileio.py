@@ -502,32 +502,14 @@ def remove_stale_temporaries(directory: str | Path, names, *, locked: bool, recu
 
 
 def write_torch_atomic(path: str | Path, obj: Any) -> None:
-    """``torch.save(obj)`` to ``path`` through ``<name>.<pid>.<random>.tmp`` and ``os.replace``.
+    """``torch.save(obj)`` to ``path`` atomically (:func:`write_atomic`'s temporary and ``os.replace``).
 
     Raises:
         UserError: the location cannot be written (naming the file); the previous file is kept.
     """
     import torch
 
-    path = Path(path)
-    make_dir(path.parent)
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=temporary_prefix(path), suffix=".tmp", dir=path.parent)
-    except OSError as err:
-        raise UserError(f"{path}: cannot write ({err.strerror})") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, default_mode())
-        os.replace(tmp, path)
-    except OSError as err:
-        Path(tmp).unlink(missing_ok=True)
-        raise UserError(f"{path}: cannot write ({err.strerror}); the previous file is kept") from None
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    _write_through_temporary(Path(path), "wb", lambda f: torch.save(obj, f))
 
 
 def temporary_prefix(path: Path) -> str:
@@ -551,7 +533,12 @@ def write_atomic(path: str | Path, text: str) -> None:
     Raises:
         UserError: the location cannot be written (permissions, disk full), naming the file; nothing is left.
     """
-    path = Path(path)
+    _write_through_temporary(Path(path), "w", lambda f: f.write(text))
+
+
+def _write_through_temporary(path: Path, mode: str, write) -> None:
+    """``write(f)`` into ``<name>.<pid>.<random>.tmp`` beside ``path`` (umask permissions), fsync, then
+    ``os.replace``; the temporary is removed on any failure. ``mode``: ``"w"`` (UTF-8 text) or ``"wb"``."""
     try:
         make_dir(path.parent)
     except UserError as err:
@@ -562,8 +549,8 @@ def write_atomic(path: str | Path, text: str) -> None:
         raise UserError(f"{path}: cannot write ({err.strerror})") from None
     os.chmod(tmp, default_mode())
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, mode, **({"encoding": "utf-8"} if "b" not in mode else {})) as f:
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

@@ -510,7 +510,7 @@ def train_student(spec: StudentSpec, spec_path: str, tasks: dict[str, TaskDef], 
     from ..training.config import RESOLVED_KEY
     from ..training.runs import CONFIG_FILE, RUN_ENTRIES, lock_run_dir, prepare_run_dir
     from ..training.trainer import (check_eval_interval, check_loggers, copy_matching_heads, datamodule_for,
-                                    fit_and_export, is_global_zero, log_pooling)
+                                    config_is_global_zero, fit_and_export, log_pooling)
 
     cfg = spec.train
     # 1. The starting point and the soft targets, checked before the run directory is made.
@@ -542,7 +542,7 @@ def train_student(spec: StudentSpec, spec_path: str, tasks: dict[str, TaskDef], 
     datamodule = datamodule_for(config, tasks, tokenizer, DistillationDataModule, soft_targets=soft_targets)
     encoder = source
     lock = None
-    if is_global_zero(config.devices if isinstance(config.devices, int) else None, config.num_nodes):
+    if config_is_global_zero(config):
         datamodule.prepare_data()
         check_eval_interval(config, datamodule)
         lock = lock_run_dir(run_dir)  # one writer per run directory (a second student on it is refused)

@@ -27,7 +27,7 @@ from ..tasks.taskdef import TaskDef
 
 log = logging.getLogger(__name__)
 
-REMOTE_CODE_FLAG = "--trust-remote-code (trust_remote_code=True)"
+REMOTE_CODE_FLAG = "--trust-remote-code (the keyword trust_remote_code, set to True, in Python)"
 
 
 def check_remote_code(encoder: str | Path, trust_remote_code: bool, asked_by: str | None = None) -> None:

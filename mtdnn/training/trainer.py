@@ -161,6 +161,12 @@ def trainer_strategy(name: str):
     return name
 
 
+def config_is_global_zero(config: TrainConfig) -> bool:
+    """Whether this process is global rank zero of the run ``config`` describes (its devices and nodes;
+    :func:`mtdnn.training.ranks.is_global_zero`)."""
+    return is_global_zero(config.devices if isinstance(config.devices, int) else None, config.num_nodes)
+
+
 def schedule_summary(step_log: list[tuple[int, str]], schedule: str, batch_size: int,
                      accumulate_grad_batches: int = 1) -> dict:
     """``schedule.json``: the task of every batch per epoch and the realised batch counts.
@@ -747,7 +753,7 @@ def fit(config: TrainConfig, *, overwrite: bool = False, resume: bool = False) -
     document = {**config.to_yaml_dict(), RESOLVED_KEY: resolved}
     resume_from = check_resumable(run_dir, document) if resume else None
     lock = None
-    if is_global_zero(config.devices if isinstance(config.devices, int) else None, config.num_nodes):
+    if config_is_global_zero(config):
         datamodule.prepare_data()  # parse and tokenize now, so data errors come before the run directory
         check_eval_interval(config, datamodule)
         # one writer per run directory: a second training started on it is refused here, having written nothing
