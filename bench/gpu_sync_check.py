@@ -2,8 +2,8 @@
 
     python3 bench/gpu_sync_check.py --data-dir .gpu-carry/data --tokenizer .gpu-carry/minilm   # run by gpu_run.sh
 
-The toolkit's :class:`~mtdnn.training.lightning.MultiTaskDataModule` (RTE and STS-B, 24 rows each, batch 8, one
-length bucket of 128 so that every batch has one shape) and :class:`~mtdnn.training.lightning.MultiTaskModule`
+The toolkit's :class:`~mtdnn.training.datamodule.MultiTaskDataModule` (RTE and STS-B, 24 rows each, batch 8, one
+length bucket of 128 so that every batch has one shape) and :class:`~mtdnn.training.module.MultiTaskModule`
 (a random 2-layer BERT, encoder compiled with inductor) under a Lightning ``Trainer`` (bf16-mixed, clipping 1.0)
 for 2 epochs of 6 steps. The first epoch compiles; during the second epoch's first 5 steps every
 ``training_step`` runs under sync debug mode ``error``, so any synchronising CUDA call raises. Prints ``OK`` and
@@ -37,7 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     from mtdnn.modeling.model import load_tokenizer, resolve_encoder
     from mtdnn.tasks.data import resolve_data_dir
     from mtdnn.tasks.taskdef import load_task_defs, select_tasks
-    from mtdnn.training.lightning import MultiTaskDataModule, MultiTaskModule
+    from mtdnn.training.datamodule import MultiTaskDataModule
+    from mtdnn.training.module import MultiTaskModule
     from mtdnn.training.speed import compile_encoder
 
     encoder = Path(tempfile.mkdtemp(prefix="sync-check-"))

@@ -3,7 +3,7 @@
     .venv/bin/python bench/padding.py --data-dir ../shared/data [--json padding.json]
 
 For the main job's tasks (RTE, MRPC, STS-B, CoLA; full train splits, MiniLM's tokenizer, seed 42), one epoch of
-:class:`~mtdnn.training.lightning.MultiTaskDataModule` batches (MT-DNN Algorithm 1, single-task batches
+:class:`~mtdnn.training.datamodule.MultiTaskDataModule` batches (MT-DNN Algorithm 1, single-task batches
 length-grouped within the task) for each batch size, ``--pad-to-multiple-of`` and ``--length-buckets`` set-up:
 real tokens (attention-mask ones) over padded tokens (the batches' sizes), and the number of distinct padded
 shapes. Packing several examples per row is worth building only when real tokens are below 80% of padded
@@ -30,7 +30,7 @@ SETUPS = [  # (batch size, pad to a multiple of, length buckets)
 
 def padding_share(tasks, data_dir: Path, tokenizer, batch_size: int, multiple: int, buckets) -> dict:
     """One epoch's batches: real and padded tokens, their ratio, the distinct ``(rows, seq_len)`` shapes."""
-    from mtdnn.training.lightning import MultiTaskDataModule
+    from mtdnn.training.datamodule import MultiTaskDataModule
 
     datamodule = MultiTaskDataModule(tasks, data_dir, tokenizer, batch_size=batch_size, seed=42,
                                      pad_to_multiple_of=multiple, length_buckets=buckets)

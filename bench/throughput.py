@@ -5,9 +5,9 @@ Compares four set-ups on the same examples::
     .venv/bin/python bench/throughput.py --data-dir ../shared/data --tasks rte,mrpc,stsb,cola \\
         --limit-train-examples 256 --json bench-throughput.json
 
-- ``mtdnn``: what ``python -m mtdnn.train`` builds: :class:`~mtdnn.training.lightning.MultiTaskDataModule` (cached
+- ``mtdnn``: what ``python -m mtdnn.train`` builds: :class:`~mtdnn.training.datamodule.MultiTaskDataModule` (cached
   tokenization, MT-DNN Algorithm 1 schedule, single-task length-grouped batches, dynamic padding) and
-  :class:`~mtdnn.training.lightning.MultiTaskModule` under a Lightning ``Trainer``;
+  :class:`~mtdnn.training.module.MultiTaskModule` under a Lightning ``Trainer``;
 - ``hf_max_length``: a plain ``transformers`` ``Trainer`` fine-tune with run_glue's defaults: every example
   padded to 128 tokens at tokenization, ``default_data_collator``, random order;
 - ``hf_dynamic``: the same ``Trainer`` with ``DataCollatorWithPadding`` (each batch padded to its longest row);
@@ -66,7 +66,8 @@ def run_mtdnn(args: argparse.Namespace) -> dict:
     import torch
 
     from mtdnn.tasks.data import resolve_data_dir
-    from mtdnn.training.lightning import MultiTaskDataModule, MultiTaskModule
+    from mtdnn.training.datamodule import MultiTaskDataModule
+    from mtdnn.training.module import MultiTaskModule
     from mtdnn.modeling.model import load_tokenizer
     from mtdnn.tasks.taskdef import load_task_defs, select_tasks
 

@@ -10,8 +10,8 @@ Cases (``--cases``):
 
 - ``bert-base-256`` and ``bert-base-32``: BERT-base geometry (``BertConfig()``: 12 layers, hidden 768, random
   init, the uncased vocabulary of the MiniLM tokenizer) on the full train splits of RTE, MRPC, STS-B and CoLA,
-  batch 256 and 32 (MT-DNN's batch), scheduled and padded by :class:`~mtdnn.training.lightning.MultiTaskDataModule`
-  exactly as ``mtdnn.train`` does, trained by :class:`~mtdnn.training.lightning.MultiTaskModule`. Side by side in
+  batch 256 and 32 (MT-DNN's batch), scheduled and padded by :class:`~mtdnn.training.datamodule.MultiTaskDataModule`
+  exactly as ``mtdnn.train`` does, trained by :class:`~mtdnn.training.module.MultiTaskModule`. Side by side in
   one process: (1) one epoch under the Lightning ``Trainer`` as ``mtdnn.train`` builds it (precision, clipping
   1.0, fused AdamW, no checkpoints or logger: their I/O is not the step); (2) a plain PyTorch loop over the very
   same batches (the epoch-0 plan, collated on the CPU beforehand, pinned, copied without blocking) through the
@@ -144,7 +144,8 @@ def bert_case(args, batch_size: int, encoder_dir: str, budget: Budget) -> dict:
 
     from mtdnn.modeling.model import load_tokenizer
     from mtdnn.tasks.taskdef import load_task_defs, select_tasks
-    from mtdnn.training.lightning import MultiTaskDataModule, MultiTaskModule, parameter_groups
+    from mtdnn.training.datamodule import MultiTaskDataModule
+    from mtdnn.training.module import MultiTaskModule, parameter_groups
     from mtdnn.training.speed import compile_encoder, mark_shapes, set_sdpa_backend
 
     device = torch.device(args.device)

@@ -125,7 +125,7 @@ def test_accumulated_loss_normaliser_equals_one_big_batch(tiny_encoder, tokenize
     from mtdnn.tasks.data import collate, tokenize_examples
     from mtdnn.tasks.taskdef import load_task_defs
     from mtdnn.tasks.data import Example
-    from mtdnn.training.lightning import MultiTaskModule
+    from mtdnn.training.module import MultiTaskModule
 
     task = load_task_defs(GLUE)["rte"]
     examples = [Example(id=str(i), line=i, text_a=f"premise number {i} " * (i + 1), text_b="a hypothesis",

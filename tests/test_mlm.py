@@ -239,7 +239,7 @@ def test_training_with_an_mlm_task_leaves_it_out_of_selection(tmp_path, data_dir
 
 def test_length_buckets_pad_token_aligned_head_inputs_and_labels(text_dir, tokenizer):
     from mtdnn.tasks.data import collate, tokenized_split
-    from mtdnn.training.lightning import pad_to_bucket
+    from mtdnn.training.datamodule import pad_to_bucket
 
     lengthen(text_dir)
     task = mlm_task("span", sbo=True, max_length=40)

@@ -25,7 +25,7 @@ GLUE = str(ROOT / "task_defs" / "glue.yaml")
 def tiny_module_and_batches(encoder: str, steps: int):
     """A one-task (RTE) MultiTaskModule and ``steps`` random batches of 8 rows, as the scheduled loader gives them."""
     from mtdnn.tasks.taskdef import load_task_defs
-    from mtdnn.training.lightning import MultiTaskModule
+    from mtdnn.training.module import MultiTaskModule
 
     torch.manual_seed(0)
     task = load_task_defs(GLUE)["rte"]
@@ -49,7 +49,7 @@ def forbid_sync(monkeypatch, calls: list):
     """Wrap MultiTaskModule.training_step so that host syncs and collectives raise inside it."""
     import torch.distributed
 
-    from mtdnn.training.lightning import MultiTaskModule
+    from mtdnn.training.module import MultiTaskModule
 
     original = MultiTaskModule.training_step
     names = {"item": torch.Tensor, "tolist": torch.Tensor, "__bool__": torch.Tensor, "all_reduce": torch.distributed}
@@ -76,7 +76,7 @@ def forbid_sync(monkeypatch, calls: list):
 def test_the_raisers_do_fire(monkeypatch, tiny_encoder):
     """The guard itself: a step that calls .item() fails (so the test below could fail). The encoder runs eagerly
     here, so the Hugging Face mask check (``mask.all()`` read by Python) may trip the guard first."""
-    from mtdnn.training.lightning import MultiTaskModule
+    from mtdnn.training.module import MultiTaskModule
 
     original = MultiTaskModule.task_loss
     monkeypatch.setattr(MultiTaskModule, "task_loss", lambda self, b, o: original(self, b, o) * b["weight"].sum().item())
@@ -93,7 +93,8 @@ def test_five_training_steps_without_host_sync(monkeypatch, data_dir, tiny_encod
     """The toolkit's DataModule and module under a Lightning Trainer, clipping on, encoder compiled (dynamo traces
     the Hugging Face mask check that would otherwise read the mask on the host)."""
     from mtdnn.tasks.taskdef import load_task_defs, select_tasks
-    from mtdnn.training.lightning import MultiTaskDataModule, MultiTaskModule
+    from mtdnn.training.datamodule import MultiTaskDataModule
+    from mtdnn.training.module import MultiTaskModule
     from mtdnn.training.speed import compile_encoder
 
     tasks = select_tasks(load_task_defs(GLUE), ["rte", "stsb"], GLUE)
@@ -116,7 +117,7 @@ def test_five_training_steps_without_host_sync(monkeypatch, data_dir, tiny_encod
 def test_global_example_count_comes_from_the_schedule(data_dir, tokenizer):
     """Every rank of a 3-rank layout gets the step's global count of real rows, with no communication."""
     from mtdnn.tasks.taskdef import load_task_defs, select_tasks
-    from mtdnn.training.lightning import MultiTaskDataModule
+    from mtdnn.training.datamodule import MultiTaskDataModule
 
     tasks = select_tasks(load_task_defs(GLUE), ["rte"], GLUE)
     datamodule = MultiTaskDataModule(tasks, data_dir, tokenizer, batch_size=8, seed=1, limit_train_examples=20)
@@ -138,7 +139,7 @@ def test_diverging_run_stops_and_keeps_the_last_checkpoint_before_it(monkeypatch
     """A loss that turns infinite at step 6 (of 8): checkpoints every 2 steps; the one of step 4 is kept, the save
     at step 6 is refused, the exit code is non-zero and there is no metrics.json."""
     from mtdnn.errors import run_cli
-    from mtdnn.training.lightning import MultiTaskModule
+    from mtdnn.training.module import MultiTaskModule
     from mtdnn.training.runs import load_checkpoint_file
 
     original = MultiTaskModule.task_loss

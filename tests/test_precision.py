@@ -27,7 +27,7 @@ def job_args(run_dir, data_dir, encoder, *extra):
 def train_set_loss(module, data_dir, tokenizer) -> float:
     """Mean loss of ``module`` (fp32, eval mode) over the 8 training batches of the job above."""
     from mtdnn.tasks.taskdef import load_task_defs, select_tasks
-    from mtdnn.training.lightning import MultiTaskDataModule
+    from mtdnn.training.datamodule import MultiTaskDataModule
 
     tasks = select_tasks(load_task_defs(GLUE), TASKS.split(","), GLUE)
     datamodule = MultiTaskDataModule(tasks, data_dir, tokenizer, batch_size=16, seed=42, limit_train_examples=32)
@@ -41,7 +41,7 @@ def train_set_loss(module, data_dir, tokenizer) -> float:
 
 @pytest.mark.parametrize("precision", ["32-true", "bf16-mixed", "bf16-true", "16-mixed", "64-true"])
 def test_every_precision_trains_with_clipping_and_reloads(tmp_path, data_dir, tiny_encoder, tokenizer, precision):
-    from mtdnn.training.lightning import MultiTaskModule
+    from mtdnn.training.module import MultiTaskModule
     from mtdnn.training.runs import load_checkpoint_file
     from mtdnn.tasks.taskdef import load_task_defs, select_tasks
 
@@ -68,7 +68,7 @@ def test_fused_adamw_where_clipping_allows_it(tiny_encoder, precision, fused):
     a CPU) the optimizer is not fused and clipping runs after unscaling; elsewhere it is fused and still clipped."""
     from pytorch_lightning.plugins.precision import MixedPrecision
 
-    from mtdnn.training.lightning import MultiTaskModule
+    from mtdnn.training.module import MultiTaskModule
     from test_no_sync import tiny_module_and_batches
 
     module, loader = tiny_module_and_batches(tiny_encoder, steps=3)

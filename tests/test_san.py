@@ -180,7 +180,7 @@ def test_san_on_a_single_sentence_task_exits_2_and_writes_nothing(tmp_path, caps
 
 def test_length_buckets_pad_sequence_ids(tmp_path, tokenizer):
     from mtdnn.tasks.data import collate, tokenized_split
-    from mtdnn.training.lightning import pad_to_bucket
+    from mtdnn.training.datamodule import pad_to_bucket
 
     (tmp_path / "t.tsv").write_text("p\th\tl\nthe cat sat\ta cat\ta\n")
     task = san_task()

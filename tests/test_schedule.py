@@ -116,7 +116,7 @@ def test_bad_arguments():
 def test_no_group_by_length_flag_reaches_the_sampler(tmp_path):
     """--no-group-by-length (TrainConfig.group_by_length) gives random batches, as a Hugging Face Trainer does."""
     from mtdnn.cli.train import build_parser, config_from_args
-    from mtdnn.training.lightning import MultiTaskDataModule
+    from mtdnn.training.datamodule import MultiTaskDataModule
     from mtdnn.training.trainer import datamodule_for
 
     for flags, expected in [([], True), (["--no-group-by-length"], False), (["--group-by-length"], True)]:

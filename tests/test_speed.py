@@ -14,7 +14,8 @@ GLUE = str(ROOT / "task_defs" / "glue.yaml")
 def test_bucket_padding_changes_no_output(data_dir, tiny_encoder, tokenizer):
     from mtdnn.tasks.data import tokenized_split
     from mtdnn.tasks.taskdef import load_task_defs
-    from mtdnn.training.lightning import MultiTaskModule, TaskCollator
+    from mtdnn.training.module import MultiTaskModule
+    from mtdnn.training.datamodule import TaskCollator
 
     task = load_task_defs(GLUE)["mrpc"]
     rows = [tokenized_split(task, "dev", data_dir, tokenizer)[i] for i in range(6)]
@@ -58,7 +59,8 @@ def test_compiled_encoder_with_buckets_keeps_a_bounded_set_of_graphs(data_dir, t
     from torch._dynamo.utils import counters
 
     from mtdnn.tasks.taskdef import load_task_defs, select_tasks
-    from mtdnn.training.lightning import MultiTaskDataModule, MultiTaskModule
+    from mtdnn.training.datamodule import MultiTaskDataModule
+    from mtdnn.training.module import MultiTaskModule
     from mtdnn.training.speed import compile_encoder
 
     buckets = [32, 64, 128]
@@ -103,7 +105,8 @@ def test_compiled_encoder_without_buckets_compiles_once_per_grad_mode(data_dir, 
     from torch._dynamo.utils import counters
 
     from mtdnn.tasks.taskdef import load_task_defs, select_tasks
-    from mtdnn.training.lightning import MultiTaskDataModule, MultiTaskModule
+    from mtdnn.training.datamodule import MultiTaskDataModule
+    from mtdnn.training.module import MultiTaskModule
     from mtdnn.training.speed import compile_encoder
 
     tasks = select_tasks(load_task_defs(GLUE), ["rte", "cola"], GLUE)

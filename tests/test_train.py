@@ -60,7 +60,7 @@ def test_export_round_trip_matches_the_best_checkpoint(two_task_run, data_dir):
 
     from mtdnn.tasks.data import collate, tokenized_split
     from mtdnn.training.export import load_export
-    from mtdnn.training.lightning import MultiTaskModule
+    from mtdnn.training.module import MultiTaskModule
 
     model, tokenizer, tasks = load_export(two_task_run / "export")
     assert list(tasks) == ["rte", "stsb"]
@@ -86,7 +86,7 @@ def test_complete_run_is_refused_without_overwrite(two_task_run, data_dir, tiny_
 
 def test_init_from_copies_encoder_and_matching_heads(two_task_run, data_dir, tmp_path):
     from mtdnn.training.export import load_export
-    from mtdnn.training.lightning import MultiTaskModule
+    from mtdnn.training.module import MultiTaskModule
     from mtdnn.training.trainer import copy_matching_heads
 
     model, _, tasks = load_export(two_task_run / "export")
@@ -107,7 +107,8 @@ def test_interrupted_run_keeps_last_checkpoint_and_writes_no_metrics(tmp_path, d
 
 
 def test_epochs_are_reshuffled_inside_a_lightning_fit(data_dir, tiny_encoder, tokenizer):
-    from mtdnn.training.lightning import MultiTaskDataModule, MultiTaskModule
+    from mtdnn.training.datamodule import MultiTaskDataModule
+    from mtdnn.training.module import MultiTaskModule
     from mtdnn.tasks.taskdef import load_task_defs, select_tasks
 
     tasks = select_tasks(load_task_defs(GLUE), ["rte", "mrpc"], GLUE)

@@ -6,7 +6,7 @@ MT-DNN-KD (Liu et al. 2019, arXiv 1904.09482), stage 2b. With two specs the teac
     python -m mtdnn.distill teachers/glue.yaml students/glue.yaml --from-run runs/<mt-run> --data-dir ../shared/data
     python -m mtdnn.distill students/glue.yaml --data-dir ../shared/data
 
-The student is trained with the multi-task trainer, schedule and metrics of :mod:`mtdnn.training.lightning`; only the
+The student is trained with the multi-task trainer, schedule and metrics of :mod:`mtdnn.training.module`; only the
 loss of a ``distill`` task changes (:func:`mtdnn.modeling.losses.distillation_cross_entropy`, ``distillation_mse``): the
 soft targets are the teacher members' cached logits, looked up by the batch's row positions. ``gold`` tasks are
 trained on their labels only. The student run directory is a normal run directory (:mod:`mtdnn.training.runs`) plus
@@ -28,7 +28,8 @@ from torch.utils.data import DataLoader
 from . import teachers
 from ..errors import ConfigError
 from ..fileio import write_atomic, write_json_atomic, write_yaml_atomic, yaml_float
-from ..training.lightning import MultiTaskDataModule, MultiTaskModule
+from ..training.datamodule import MultiTaskDataModule
+from ..training.module import MultiTaskModule
 from ..modeling.losses import DISTILLATION_LOSSES
 from . import piece_targets
 from .soft_targets import align, batch_targets, read_manifest, teacher_outputs
@@ -135,7 +136,7 @@ class StudentSpec(Spec):
 
 
 class SoftTargetCollator:
-    """Wraps the training loader's :class:`~mtdnn.training.lightning.TaskCollator`: a batch of a ``distill`` task also gets
+    """Wraps the training loader's :class:`~mtdnn.training.datamodule.TaskCollator`: a batch of a ``distill`` task also gets
     ``teacher_logits`` ``(batch, members, outputs)`` float32, the rows ``batch["idx"]`` of the task's soft targets
     (per-piece types: ``(batch, members, seq_len, width)``, :mod:`mtdnn.distillation.piece_targets`)."""
 
@@ -151,14 +152,14 @@ class SoftTargetCollator:
 
 
 class DistillationDataModule(MultiTaskDataModule):
-    """:class:`~mtdnn.training.lightning.MultiTaskDataModule` whose training batches of ``distill`` tasks carry the teacher
+    """:class:`~mtdnn.training.datamodule.MultiTaskDataModule` whose training batches of ``distill`` tasks carry the teacher
     members' outputs.
 
     Args:
         soft_targets: ``{task: (ids, outputs)}`` with ``outputs`` ``(len(ids), members, outputs)`` float32 keyed by
             example id; aligned once, in :meth:`setup`, to the rows of the task's training split (an id of the
             split missing from ``ids`` is an error, never a silent misalignment).
-        other arguments: see :class:`~mtdnn.training.lightning.MultiTaskDataModule`.
+        other arguments: see :class:`~mtdnn.training.datamodule.MultiTaskDataModule`.
     """
 
     def __init__(self, tasks: dict[str, TaskDef], data_dir: Path, tokenizer,
@@ -201,7 +202,7 @@ class DistillationModule(MultiTaskModule):
 
     Args:
         distill_tasks: the tasks trained on soft targets. temperature: T > 0. alpha: in [0, 1].
-        other arguments: see :class:`~mtdnn.training.lightning.MultiTaskModule`.
+        other arguments: see :class:`~mtdnn.training.module.MultiTaskModule`.
     """
 
     def __init__(self, encoder: str, tasks: dict[str, dict], distill_tasks: list[str], temperature: float = 1.0,

@@ -8,7 +8,7 @@ Each is behind a flag of ``python -m mtdnn.train`` and off by default:
 - ``--compile`` alone: the batch and sequence dimensions of every batch are marked dynamic, so the encoder is
   compiled once per grad mode (training, evaluation) whatever the task, batch size and length of each step.
 - ``--length-buckets 32,64,96,128``: every batch is padded to the shortest bucket that holds it (see
-  :class:`~mtdnn.training.lightning.TaskCollator`). With ``--compile``, the sequence dimension is then marked
+  :class:`~mtdnn.training.datamodule.TaskCollator`). With ``--compile``, the sequence dimension is then marked
   static and the batch dimension dynamic: one graph per bucket (and per grad mode), a bounded set whatever the
   task of each step, and the recompile limit is raised to hold it.
 - ``--cuda-graphs`` (GPU, with ``--compile`` and ``--length-buckets``): inductor's ``reduce-overhead`` mode,

@@ -408,7 +408,7 @@ def engineering_callbacks(last_checkpoint: Path, every_n_steps: int | None = Non
       during a dev evaluation, or in a step that ends with one, stops after the evaluation, which the checkpoint
       then holds. See :func:`graceful_stop_connector` for the watchdog.
     - Every rank writes its own RNG states to ``rng-rank<r>.pt`` beside ``last_checkpoint`` whenever it is saved
-      (:func:`~mtdnn.training.lightning.save_rank_rng`), so that a resumed DDP run draws the same dropout masks
+      (:func:`~mtdnn.training.rng.save_rank_rng`), so that a resumed DDP run draws the same dropout masks
       on every rank.
     - With ``$MTDNN_FAULT_AT_STEP=N``, send this process SIGTERM once N optimizer steps are done (after the step's
       dev evaluation, if it has one): tests of interruption and exact resume use a fixed step, never a timer.
@@ -418,7 +418,7 @@ def engineering_callbacks(last_checkpoint: Path, every_n_steps: int | None = Non
     import pytorch_lightning as pl
     import torch
 
-    from .lightning import save_rank_rng
+    from .rng import save_rank_rng
 
     def stop_requested(trainer) -> bool:
         connector = trainer._signal_connector
@@ -690,7 +690,8 @@ def fit(config: TrainConfig, *, overwrite: bool = False, resume: bool = False) -
     from ..modeling.model import load_tokenizer
     from ..tasks.data import check_files, check_max_length, split_fingerprint
     from .export import resolve_export
-    from .lightning import MultiTaskDataModule, MultiTaskModule
+    from .datamodule import MultiTaskDataModule
+    from .module import MultiTaskModule
     from .runs import CARVES_FILE, CONFIG_FILE, check_run_dir, lock_run_dir, prepare_run_dir
     from .speed import check_speed_flags, compile_encoder, set_sdpa_backend
 
@@ -785,7 +786,7 @@ def fit(config: TrainConfig, *, overwrite: bool = False, resume: bool = False) -
 
 
 def datamodule_for(config: TrainConfig, tasks: dict[str, TaskDef], tokenizer, cls, **extra):
-    """The data module of ``config`` (``cls``: :class:`~mtdnn.training.lightning.MultiTaskDataModule` or a
+    """The data module of ``config`` (``cls``: :class:`~mtdnn.training.datamodule.MultiTaskDataModule` or a
     subclass; ``extra``: its own arguments)."""
     return cls(tasks, Path(config.data_dir), tokenizer, batch_size=config.batch_size,
                eval_batch_size=config.eval_batch_size, schedule=config.schedule,
@@ -865,7 +866,8 @@ def fit_and_export(module, datamodule, tasks: dict[str, TaskDef], tokenizer, run
     from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
 
     from .export import export_model
-    from .lightning import RANK_RNG_FILE, TrainingDiverged
+    from .rng import RANK_RNG_FILE
+    from .module import TrainingDiverged
     from .logs import summary_callback
     from .runs import AtomicCheckpointIO, CHECKPOINT_DIR, EXPORT_DIR, METRICS_FILE, SCHEDULE_FILE, check_finite_run, \
         load_checkpoint_file

@@ -15,12 +15,14 @@ def fine_tune(encoder: Encoder, task: TaskDef, train_set, tokenizer, settings: T
               trust_remote_code: bool = False):
     """Fine-tune a fresh copy of ``encoder`` (and a fresh or reused head) on ``train_set``; no validation.
 
-    Uses the toolkit's :class:`~mtdnn.training.lightning.MultiTaskModule` with one task and a Lightning Trainer on one
+    Uses the toolkit's :class:`~mtdnn.training.module.MultiTaskModule` with one task and a Lightning Trainer on one
     device. Returns ``(module, trainer)``; the module is back on CPU (Lightning's teardown).
     """
     import pytorch_lightning as pl
 
-    from ...training.lightning import MultiTaskDataModule, MultiTaskModule
+    from ...training.datamodule import MultiTaskDataModule
+
+    from ...training.module import MultiTaskModule
     from ...tasks.schedule import MultiTaskBatchSampler, TaskSize
 
     class SubsetDataModule(MultiTaskDataModule):
