@@ -311,13 +311,13 @@ def hf_reference(args, budget: Budget) -> dict:
 
 
 def main_job(args, budget: Budget, encoder: str) -> dict:
-    """``python -m mtdnn.train``'s code path in process (:func:`mtdnn.training.trainer.fit` of a TrainConfig), with a
-    callback that times the optimizer steps."""
+    """``python -m mtdnn.train``'s code path in process (the pipeline's plan and execute of a TrainConfig, as
+    :func:`mtdnn.training.trainer.fit` runs them), with a callback that times the optimizer steps."""
     import pytorch_lightning as pl
     import torch
 
     from mtdnn.errors import RunStopped
-    from mtdnn.training import trainer as train_cli
+    from mtdnn.training import pipeline
     from mtdnn.training.config import TrainConfig
 
     device = torch.device(args.device)
@@ -336,8 +336,6 @@ def main_job(args, budget: Budget, encoder: str) -> dict:
             sync(torch, device)
             marks["last_step_end"] = time.perf_counter()
 
-    engineering = train_cli.engineering_callbacks
-    train_cli.engineering_callbacks = lambda *a, **k: [*engineering(*a, **k), Times()]
     run_dir = Path(tempfile.mkdtemp(prefix="bench-main-")) / "run"
     settings = {"task_defs": str(ROOT / "task_defs" / "glue.yaml"), "tasks": TASKS.split(","),
                 "data_dir": args.data_dir, "encoder": encoder, "accelerator": args.accelerator, "devices": 1,
@@ -350,12 +348,10 @@ def main_job(args, budget: Budget, encoder: str) -> dict:
         settings.update(limit_train_examples=16, max_epochs=1)
     start = time.perf_counter()
     try:
-        train_cli.fit(TrainConfig(**settings))
+        pipeline.execute(pipeline.plan(TrainConfig(**settings)), callbacks=[Times()])
         code = 0
     except RunStopped as err:
         code = err.exit_code
-    finally:
-        train_cli.engineering_callbacks = engineering
     wall = time.perf_counter() - start
     metrics = json.loads((run_dir / "metrics.json").read_text()) if code == 0 else None
     seeds = [json.loads(p.read_text())["best"] for p in sorted((ROOT / "bench" / "results").glob(

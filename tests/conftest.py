@@ -9,6 +9,16 @@ import pytest
 import torch
 
 REQUIRE_DATA = os.environ.get("MTDNN_REQUIRE_DATA") == "1"
+PLUGINS = Path(__file__).parent / "plugins"
+"""Test-only callbacks (fault injection, tracing), never in production code: installed here for the test process,
+and by ``plugins/sitecustomize.py`` in subprocesses whose ``PYTHONPATH`` holds this directory (:data:`PLUGINS`)."""
+
+import sys  # noqa: E402
+
+sys.path.insert(0, str(PLUGINS))
+import mtdnn_test_plugin  # noqa: E402
+
+mtdnn_test_plugin.install()
 
 
 @pytest.fixture(autouse=True, scope="session")

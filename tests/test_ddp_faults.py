@@ -24,7 +24,7 @@ RANK_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "GROUP_RANK", "NODE_RANK",
 def clean_env(extra: dict | None = None) -> dict:
     """``os.environ`` without any launcher's rank variables (nor SLURM's), plus ``extra``."""
     env = {k: v for k, v in os.environ.items() if k not in RANK_VARIABLES and not k.startswith("SLURM_")}
-    return {**env, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), **(extra or {})}
+    return {**env, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests" / "plugins")]), **(extra or {})}
 
 
 def slurm_env(procid: int, ntasks: int = 2, job_id: int | None = None) -> dict:
@@ -353,7 +353,7 @@ def test_resume_with_another_world_size_is_refused(tmp_path):
     import torch
 
     from mtdnn.errors import ConfigError
-    from mtdnn.training.trainer import check_world_size
+    from mtdnn.training.resume import check_world_size
 
     ckpt = tmp_path / "last.ckpt"
     torch.save({"global_step": 3, "state_dict": {}, "mtdnn": {"world_size": 2}}, ckpt)

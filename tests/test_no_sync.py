@@ -16,7 +16,8 @@ import pytorch_lightning as pl
 import torch
 
 from mtdnn.train import main
-from mtdnn.training.trainer import DIVERGED_EXIT_CODE
+from mtdnn.training.callbacks import NonFiniteGuard
+from mtdnn.training.runs import DIVERGED_EXIT_CODE
 
 ROOT = Path(__file__).resolve().parents[1]
 GLUE = str(ROOT / "task_defs" / "glue.yaml")
@@ -105,13 +106,14 @@ def test_five_training_steps_without_host_sync(monkeypatch, data_dir, tiny_encod
     compile_encoder(module.model.encoder, "eager", [64, 128])
     calls = []
     forbid_sync(monkeypatch, calls)
+    guard = NonFiniteGuard()
     trainer = pl.Trainer(accelerator="cpu", max_steps=5, gradient_clip_val=1.0, limit_val_batches=0, logger=False,
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                         num_sanity_val_steps=0)
+                         num_sanity_val_steps=0, callbacks=[guard])
     trainer.fit(module, datamodule=datamodule)
     assert calls == [0, 1, 2, 3, 4] and trainer.global_step == 5
     assert {t for _, t in module.step_log} == {"rte", "stsb"}
-    assert not bool(module._nonfinite)
+    assert guard.flag is not None and not bool(guard.flag)
 
 
 def test_global_example_count_comes_from_the_schedule(data_dir, tokenizer):

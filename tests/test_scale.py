@@ -62,7 +62,7 @@ STEP_FEATURES = ("--accumulate-grad-batches", "2", "--eval-every-n-steps", "2")
 def test_ddp_two_processes_equal_one(tmp_path, data_dir, tiny_encoder, monkeypatch, features):
     ddp_run, single_run = tmp_path / "ddp", tmp_path / "single"
     env = {**os.environ, "MTDNN_TRACE_DIR": str(tmp_path / "trace-ddp"), "OMP_NUM_THREADS": "1",
-           "MTDNN_DATA_DIR": str(data_dir), "PYTHONPATH": str(ROOT)}
+           "MTDNN_DATA_DIR": str(data_dir), "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests" / "plugins")])}
     # Classification tasks: a tiny random encoder's STS-B scores are nearly constant, so its Pearson moves by
     # 1e-6 with the 1e-8 float noise of a different gradient summation order; counts do not.
     common = ("--dropout", "0", "--tasks", "rte,mrpc", *features)

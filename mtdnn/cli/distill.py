@@ -24,7 +24,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="[TEACHERS_SPEC] STUDENT_SPEC: with both, the teachers are built (or resumed) first")
     add_common_args(p)
     p.add_argument("--output-dir", default=None, help="student run directory (overrides the spec's output_dir)")
-    p.add_argument("--overwrite", action="store_true", help="replace a student run directory holding a complete run")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace a student run directory holding a run (complete or interrupted)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the interrupted student in its run directory from checkpoints/last.ckpt (same "
+                        "settings); --seeds resumes interrupted arms by itself")
     g = p.add_argument_group("paired comparison (MT-DNN-KD's claim, seed for seed)")
     g.add_argument("--seeds", type=int, default=None, metavar="N",
                    help="train the student and a gold-only baseline (alpha = 0) with N paired seeds each, then "
@@ -56,10 +60,10 @@ def main(argv: list[str] | None = None) -> int:
         run = distill(spec, student_path, teacher_spec, teacher_path, data_dir=resolve_data_dir(args.data_dir),
                       from_run=args.from_run, teachers_dir=args.teachers_dir, output_dir=args.output_dir,
                       lightning=lightning_settings(args), overwrite=args.overwrite,
-                      retrain_changed=args.retrain_changed)
+                      retrain_changed=args.retrain_changed, resume=args.resume)
     except (Interrupted, KeyboardInterrupt) as err:
-        print(f"interrupted: {err}; rerun the same command to resume (complete teacher members are kept)",
-              file=sys.stderr)
+        print(f"interrupted: {err}; rerun the same command with --resume to continue the student (complete "
+              "teacher members are kept; an interrupted member is resumed by itself)", file=sys.stderr)
         return getattr(err, "exit_code", 130)
     if run.complete:
         print((run.directory / REPORT_MD).read_text(encoding="utf-8"))

@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     spec = load_spec(args.spec, TeacherSpec, "teacher")
     lightning = lightning_settings(args)
     # a bad Lightning flag fails here, not in the first member's run
-    from ..training.trainer import check_trainer_flags
+    from ..training.flags import check_trainer_flags
 
     check_trainer_flags(validate_config({"task_defs": spec.task_defs, **lightning}, "command line", flags=True))
     try:

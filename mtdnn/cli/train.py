@@ -19,7 +19,7 @@ from ..training.config import LOGGERS, TrainConfig, load_config, validate_config
 from .common import (add_trainer_args, float_in, max_length_int, name_list, positive_float, positive_int,
                      setup_logging)
 
-NOT_SETTINGS = ("config", "overwrite", "resume")  # what to do with the run directory, not how to train
+NOT_SETTINGS = ("config", "overwrite", "resume", "print_config")  # what to do with the run directory, not how to train
 
 
 def _logger_list(text: str) -> list[str]:
@@ -54,6 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true", help="replace a run directory that holds a complete run")
     p.add_argument("--resume", action="store_true",
                    help="continue the interrupted run in --output-dir from checkpoints/last.ckpt (same settings)")
+    p.add_argument("--print-config", action="store_true",
+                   help="print the resolved config (YAML, as config.yaml holds it without its resolved section) and "
+                        "exit: nothing is trained or written")
     p.add_argument("--checkpoint-every-n-steps", type=positive_int, metavar="N",
                    help="also save checkpoints/last.ckpt every N optimizer steps (always at epoch ends and on SIGTERM)")
     p.add_argument("--loggers", type=_logger_list,
@@ -163,6 +166,12 @@ def main(argv: list[str] | None = None) -> int:
     from ..training.trainer import fit
 
     config = config_from_args(args)
+    if getattr(args, "print_config", False):
+        from ..fileio import dump_yaml
+        from ..training.trainer import resolve_config
+
+        print(dump_yaml(resolve_config(config)[0].to_yaml_dict()), end="")
+        return 0
     try:
         run = fit(config, overwrite=getattr(args, "overwrite", False), resume=getattr(args, "resume", False))
     except RunStopped as err:

@@ -27,7 +27,7 @@ from torch.utils.data import DataLoader
 
 from . import teachers
 from ..errors import ConfigError
-from ..fileio import write_atomic, write_json_atomic, write_yaml_atomic, yaml_float
+from ..fileio import write_atomic, write_json_atomic, yaml_float
 from ..training.datamodule import MultiTaskDataModule
 from ..training.module import MultiTaskModule
 from ..modeling.losses import DISTILLATION_LOSSES
@@ -436,13 +436,15 @@ def student_tasks(spec: StudentSpec, spec_path: str, teacher_tasks: list[str] | 
 def distill(spec: StudentSpec, spec_path: str, teacher_spec: TeacherSpec | None = None,
             teacher_spec_path: str | None = None, *, data_dir: Path, from_run: str | None = None,
             teachers_dir: str | None = None, output_dir: str | None = None, lightning: dict | None = None,
-            overwrite: bool = False, retrain_changed: bool = False) -> Run:
+            overwrite: bool = False, retrain_changed: bool = False, resume: bool = False) -> Run:
     """Build (or resume) the teachers of ``teacher_spec`` when given, then train, export and report the student.
 
     Args:
         spec_path, teacher_spec_path: name the specs in messages (their files).
         from_run, teachers_dir, output_dir: override the specs' ``from_run``, teacher directory and ``output_dir``.
         lightning: Lightning settings (:class:`~mtdnn.training.config.TrainConfig` fields) of every training run.
+        overwrite: replace a student run directory holding a run (complete or interrupted).
+        resume: continue the interrupted student in the run directory from its ``last.ckpt``.
 
     Returns:
         The student's :class:`~mtdnn.training.runs.Run`.
@@ -451,9 +453,16 @@ def distill(spec: StudentSpec, spec_path: str, teacher_spec: TeacherSpec | None 
         ConfigError, DataError, CheckpointError: bad specs, data, teachers or runs, before anything is built.
         Interrupted: a teacher member's or the student's training was interrupted.
     """
+    from ..errors import check_bools
     from ..modeling.model import load_tokenizer
-    from ..tasks.data import check_files
-    from ..training.trainer import check_trainer_flags
+    from ..tasks.data import check_files, check_max_length
+    from ..training.flags import check_trainer_flags
+    from ..training.pipeline import check_unfinished
+    from ..training.trainer import config_is_global_zero
+
+    check_bools("distill()", overwrite=overwrite, resume=resume)
+    if resume and overwrite:
+        raise ConfigError("--resume and --overwrite contradict each other")
 
     # a bad Lightning flag fails before any teacher or student run starts
     check_trainer_flags(student_config(spec, {}, data_dir, "packaged-minilm", ".", lightning))
@@ -472,21 +481,40 @@ def distill(spec: StudentSpec, spec_path: str, teacher_spec: TeacherSpec | None 
         check_covered(spec, spec_path, list(read_manifest(teacher_dir)["tasks"]), teacher_dir)
     for task in tasks.values():
         check_files(task, [s for s in ("train", "dev") if s in task.splits], data_dir)
-    check_run_dir(output_dir or spec.output_dir, "--output-dir" if output_dir else f"{spec_path}: field 'output_dir'")
-
+    flag = "--output-dir" if output_dir else f"{spec_path}: field 'output_dir'"
+    student_dir = check_run_dir(output_dir or spec.output_dir, flag)
+    if config_is_global_zero(student_config(spec, {}, data_dir, "packaged-minilm", ".", lightning)):
+        check_unfinished(student_dir, overwrite, resume, flag)  # other DDP ranks start after rank 0 wrote it
+    run = from_run or spec.from_run or (teacher_spec.from_run if teacher_spec else None)
     # 2. With a teacher spec, the teachers are built (or resumed) now (per-piece soft targets: once the student's
     # tokenizer is known to be the members').
     if teacher_spec is not None:
-        run = from_run or spec.from_run or teacher_spec.from_run
         if run and piece_targets.piece_tasks([tasks[n] for n in spec.distill]):
             source, _ = resolve_init(spec, spec_path, run, teacher_dir)
             piece_targets.check_before_build(load_tokenizer(source), source, run, [tasks[n] for n in spec.distill],
                                              spec_path, spec.train.max_length, teacher_spec.finetune.max_length)
+        if run:  # the student's lengths fit its encoder, before any teacher is built
+            source, _ = resolve_init(spec, spec_path, run, teacher_dir)
+            tokenizer = load_tokenizer(source)
+            for task in tasks.values():
+                check_max_length(task, tokenizer, spec.train.max_length,
+                                 f"{spec_path}: field 'train.max_length'" if spec.train.max_length else
+                                 f"{spec.task_defs}: task '{task.name}': max_length")
+            from transformers import AutoConfig
+
+            from ..modeling.model import resolve_encoder
+            from ..training.pipeline import check_positions
+
+            try:
+                check_positions(student_config(spec, tasks, data_dir, source, ".", lightning), tasks,
+                                AutoConfig.from_pretrained(resolve_encoder(source)))
+            except ConfigError as err:
+                raise ConfigError(f"{spec_path}: {err}") from None
         teacher_dir = teachers.build(teacher_spec, teacher_spec_path or "teacher spec", data_dir, from_run,
                                      teachers_dir, lightning, retrain_changed)
     manifest = read_manifest(teacher_dir) if teacher_dir is not None and spec.distill else None
     return train_student(spec, spec_path, tasks, data_dir, teacher_dir, manifest, from_run=from_run,
-                         output_dir=output_dir, lightning=lightning, overwrite=overwrite)
+                         output_dir=output_dir, lightning=lightning, overwrite=overwrite, resume=resume)
 
 
 def student_config(spec: StudentSpec, tasks: dict[str, TaskDef], data_dir: Path, encoder: str, run_dir: str,
@@ -501,17 +529,17 @@ def student_config(spec: StudentSpec, tasks: dict[str, TaskDef], data_dir: Path,
 
 def train_student(spec: StudentSpec, spec_path: str, tasks: dict[str, TaskDef], data_dir: Path,
                   teacher_dir: Path | None, manifest: dict | None, *, from_run: str | None = None,
-                  output_dir: str | None = None, lightning: dict | None = None, overwrite: bool = False) -> Run:
-    """Validate the soft targets, then train, export and report the student (see the module docstring)."""
-    import pytorch_lightning as pl
-
-    from ..tasks.data import tokenized_split
-    from ..modeling.model import load_encoder, load_tokenizer
+                  output_dir: str | None = None, lightning: dict | None = None, overwrite: bool = False,
+                  resume: bool = False) -> Run:
+    """Validate the soft targets, then train, export and report the student (see the module docstring) through
+    the training pipeline (:mod:`mtdnn.training.pipeline`): every check of ``train`` applies, and an interrupted
+    student continues with ``resume``."""
     from ..modeling.heads import resolve_pooling
-    from ..training.config import RESOLVED_KEY
-    from ..training.runs import CONFIG_FILE, RUN_ENTRIES, lock_run_dir, prepare_run_dir
-    from ..training.trainer import (check_eval_interval, check_loggers, copy_matching_heads, datamodule_for,
-                                    config_is_global_zero, fit_and_export, log_pooling)
+    from ..modeling.model import load_encoder, load_tokenizer
+    from ..tasks.data import tokenized_split
+    from ..training import pipeline
+    from ..training.runs import RUN_ENTRIES
+    from ..training.trainer import datamodule_for
 
     cfg = spec.train
     # 1. The starting point and the soft targets, checked before the run directory is made.
@@ -521,7 +549,6 @@ def train_student(spec: StudentSpec, spec_path: str, tasks: dict[str, TaskDef], 
     source, heads_from = resolve_init(spec, spec_path, mt_run, teacher_dir)
     tokenizer = load_tokenizer(source)
     truncated = student_encoder(source, spec.init, spec_path)
-    asked = tasks
     try:
         tasks = resolve_pooling(tasks, truncated if truncated is not None else load_encoder(source))
     except ConfigError as err:
@@ -539,47 +566,38 @@ def train_student(spec: StudentSpec, spec_path: str, tasks: dict[str, TaskDef], 
         teacher_report = teachers.summarize(teacher_dir, {n: tasks[n] for n in distill}, data_dir)
     run_dir = Path(output_dir or spec.output_dir)
     config = student_config(spec, tasks, data_dir, source, str(run_dir), lightning)
-    check_loggers(config)
-    datamodule = datamodule_for(config, tasks, tokenizer, DistillationDataModule, soft_targets=soft_targets)
-    encoder = source
-    lock = None
-    if config_is_global_zero(config):
-        datamodule.prepare_data()
-        check_eval_interval(config, datamodule)
-        lock = lock_run_dir(run_dir)  # one writer per run directory (a second student on it is refused)
-    try:
-        if lock is not None:
-            prepare_run_dir(run_dir, overwrite, entries=RUN_ENTRIES | STUDENT_ENTRIES)
-            resolved = {"command": "distill", "spec": str(spec_path), "student": spec.model_dump(mode="json"),
-                        "teachers": str(teacher_dir) if teacher_dir else None, "from_run": mt_run, "encoder": source,
-                        "tasks": {n: t.to_plain() for n, t in tasks.items()}}
-            write_yaml_atomic(run_dir / CONFIG_FILE, {**config.to_yaml_dict(), RESOLVED_KEY: resolved})
-            if truncated is not None:
-                truncated.save_pretrained(run_dir / INIT_ENCODER_DIR)
-                tokenizer.save_pretrained(run_dir / INIT_ENCODER_DIR)
-        if truncated is not None:
-            encoder = str((run_dir / INIT_ENCODER_DIR).resolve())
+    # a truncated encoder is saved in the run directory (prepare) and trained from there
+    encoder = str((run_dir / INIT_ENCODER_DIR).resolve()) if truncated is not None else source
 
-        # 2. Train with the multi-task trainer: the Trainer set-up of mtdnn.train.main (best.ckpt by the dev average,
-        # last.ckpt every epoch, the fault and SIGTERM callbacks).
-        pl.seed_everything(cfg.seed, workers=True, verbose=False)
-        module = DistillationModule(encoder, {n: t.to_plain() for n, t in tasks.items()}, distill_tasks=distill,
-                                    temperature=spec.temperature, alpha=spec.alpha, lr=cfg.lr,
-                                    weight_decay=cfg.weight_decay, warmup_ratio=cfg.warmup_ratio)
-        log_pooling(asked, module.model)
-        if heads_from is not None:
-            copied = copy_matching_heads(module.model, heads_from, tasks)
-            log.info("student initialised from %s: encoder and heads of %s", heads_from, ", ".join(copied) or "no task")
-        if config.compile:
-            module.model.encoder.compile(backend=config.compile)  # in place, as mtdnn.train does
-        summary = fit_and_export(module, datamodule, tasks, tokenizer, run_dir, config, source_encoder=source)
-        if summary is None:  # ranks other than 0
-            return Run(run_dir)
-        report = student_report(teacher_report, summary["best"], distill, spec.gold, tasks, run_dir, spec)
-        write_json_atomic(run_dir / REPORT_JSON, report)
-        markdown = render_report(report, f"Distillation: {run_dir} (T = {spec.temperature:g}, alpha = {spec.alpha:g})")
+    def module_factory(config: TrainConfig, encoder: str, tasks: dict[str, TaskDef], encoder_model):
+        return DistillationModule(encoder, {n: t.to_plain() for n, t in tasks.items()}, distill_tasks=distill,
+                                  temperature=spec.temperature, alpha=spec.alpha, lr=config.lr,
+                                  weight_decay=config.weight_decay, warmup_ratio=config.warmup_ratio,
+                                  dropout=config.dropout, trust_remote_code=config.trust_remote_code,
+                                  encoder_model=encoder_model)
+
+    def datamodule_factory(config: TrainConfig, tasks: dict[str, TaskDef], tokenizer):
+        return datamodule_for(config, tasks, tokenizer, DistillationDataModule, soft_targets=soft_targets)
+
+    def prepare(plan) -> None:
+        if truncated is not None:
+            truncated.save_pretrained(plan.run_dir / INIT_ENCODER_DIR)
+            tokenizer.save_pretrained(plan.run_dir / INIT_ENCODER_DIR)
+
+    def report(summary: dict, run_dir: Path) -> None:
+        result = student_report(teacher_report, summary["best"], distill, spec.gold, tasks, run_dir, spec)
+        write_json_atomic(run_dir / REPORT_JSON, result)
+        markdown = render_report(result, f"Distillation: {run_dir} (T = {spec.temperature:g}, alpha = {spec.alpha:g})")
         write_atomic(run_dir / REPORT_MD, markdown)
-    finally:
-        if lock is not None:
-            lock.release()
+
+    resolved = {"spec": str(spec_path), "student": spec.model_dump(mode="json"),
+                "teachers": str(teacher_dir) if teacher_dir else None, "from_run": mt_run, "encoder": source}
+    flag = "--output-dir" if output_dir else f"{spec_path}: field 'output_dir'"
+    # 2. Train with the multi-task pipeline: the checks, Trainer and outputs of mtdnn.train.
+    plan = pipeline.plan(config, overwrite=overwrite, resume=resume, command="distill", tasks=tasks,
+                         encoder=encoder, source_encoder=source, encoder_model=truncated, tokenizer=tokenizer,
+                         heads_from=heads_from, module_factory=module_factory, datamodule_factory=datamodule_factory,
+                         resolved=resolved, entries=RUN_ENTRIES | STUDENT_ENTRIES, prepare=prepare, report=report,
+                         output_flag=flag)
+    pipeline.execute(plan)
     return Run(run_dir)

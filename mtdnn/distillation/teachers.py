@@ -356,6 +356,15 @@ def _first_difference(stored: dict, wanted: dict, prefix: str = "") -> str | Non
     return None
 
 
+def _same_record(sidecar: Path, settings: dict) -> bool:
+    """Whether the member record ``sidecar`` (written when its training started) holds ``settings``."""
+    try:
+        stored = read_json(sidecar, CheckpointError, "member record") if sidecar.is_file() else None
+    except CheckpointError:
+        return False
+    return isinstance(stored, dict) and _first_difference(stored, settings) is None
+
+
 def teacher_tasks(spec: TeacherSpec, spec_path: str) -> dict[str, TaskDef]:
     """The spec's tasks from its task definitions (the counterpart of :func:`mtdnn.distill.student_tasks`).
 
@@ -494,14 +503,25 @@ def build(spec: TeacherSpec, spec_path: str, data_dir: Path, from_run: str | Non
         device = _inference_device((lightning or {}).get("accelerator", "auto"))
         for task, k, fold, member, settings, run_dir, sidecar, retrain in plan:
             if read_metrics(run_dir) is None or retrain:
+                # an interrupted member of the same settings is resumed from its last.ckpt; any other is retrained
+                resume = not retrain and (run_dir / "checkpoints" / "last.ckpt").is_file() and \
+                    _same_record(sidecar, settings)
                 write_json_atomic(sidecar, settings)
-                log.info("teacher %s member %d%s: fine-tuning from %s (%s)", task.name, k,
-                         f" (fold {fold} of {spec.cross_fit} held out)" if fold else "", run_path,
+                log.info("teacher %s member %d%s: %s from %s (%s)", task.name, k,
+                         f" (fold {fold} of {spec.cross_fit} held out)" if fold else "",
+                         "resuming the interrupted fine-tune" if resume else "fine-tuning", run_path,
                          ", ".join(f"{key} {v}" for key, v in member.items() if v is not None))
                 defs = str(fold_task_defs_path(teacher_dir, task.name, fold)) if fold else None
                 config = member_config(spec, task.name, member, data_dir, encoder, run_path, run_dir, lightning, defs)
                 try:
-                    train.fit(config, overwrite=retrain)
+                    try:
+                        train.fit(config, resume=resume, overwrite=not resume)
+                    except ConfigError as err:
+                        if not resume:
+                            raise
+                        log.warning("teacher %s member %d: cannot resume (%s); fine-tuning it again", task.name, k,
+                                    err)
+                        train.fit(config, overwrite=True)
                 finally:
                     gc.collect()  # the member's Trainer and model, before the next one is built
             else:

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import csv
 import os
+import sys
 from pathlib import Path
 
+import pytorch_lightning as pl
 from lightning_fabric.loggers.logger import rank_zero_experiment
 from pytorch_lightning.loggers import CSVLogger
 from pytorch_lightning.loggers.csv_logs import ExperimentWriter
 
 from ..fileio import make_dir, write_atomic
+from .config import TrainConfig
 
 
 class _ContinuedWriter(ExperimentWriter):
@@ -103,15 +106,46 @@ def run_summary(trainer, datamodule) -> str:
     return "\n".join(lines)
 
 
-def summary_callback():
-    """A callback printing :func:`run_summary` on rank 0 when training starts (after the data is set up)."""
-    import sys
+class PrintRunSummary(pl.Callback):
+    """Print :func:`run_summary` on rank 0 (stderr) when training starts (after the data is set up)."""
 
-    import pytorch_lightning as pl
+    def on_train_start(self, trainer, pl_module):
+        if trainer.is_global_zero and trainer.datamodule is not None:
+            print(run_summary(trainer, trainer.datamodule), file=sys.stderr, flush=True)
 
-    class PrintRunSummary(pl.Callback):
-        def on_train_start(self, trainer, pl_module):
-            if trainer.is_global_zero and trainer.datamodule is not None:
-                print(run_summary(trainer, trainer.datamodule), file=sys.stderr, flush=True)
 
-    return PrintRunSummary()
+def build_loggers(config: TrainConfig, run_dir: Path, resume_step: int | None = None) -> list:
+    """Lightning loggers by name, all writing under ``run_dir/logs`` (W&B offline, MLflow to local files).
+
+    ``config.loggers`` None: CSV, and TensorBoard when installed. ``resume_step`` (a resumed run's checkpoint
+    step) makes the CSV log continue the first part's ``logs/metrics.csv``.
+    """
+    names = config.loggers
+    if names is None:
+        names = ["csv"]
+        try:
+            import tensorboard  # noqa: F401
+
+            names.append("tensorboard")
+        except ImportError:
+            pass
+    loggers = []
+    for name in names:
+        if name == "csv":
+            loggers.append(ResumableCSVLogger(run_dir, name="logs", resume_step=resume_step))
+        elif name == "tensorboard":
+            from pytorch_lightning.loggers import TensorBoardLogger
+
+            loggers.append(TensorBoardLogger(run_dir, name="logs", version="tensorboard"))
+        elif name == "wandb":
+            from pytorch_lightning.loggers import WandbLogger
+
+            make_dir(run_dir / "logs")
+            loggers.append(WandbLogger(save_dir=str(run_dir / "logs"), offline=True, name=run_dir.name,
+                                       log_model=False))
+        elif name == "mlflow":
+            from pytorch_lightning.loggers import MLFlowLogger
+
+            loggers.append(MLFlowLogger(experiment_name="mtdnn", run_name=run_dir.name,
+                                        tracking_uri=(run_dir / "logs" / "mlruns").resolve().as_uri()))
+    return loggers

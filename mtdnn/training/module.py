@@ -5,8 +5,6 @@ Devices, precision, DDP, checkpoints and loggers belong to the Trainer built by 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytorch_lightning as pl
 import torch
 
@@ -14,11 +12,6 @@ from ..modeling.losses import LOSSES
 from ..modeling.metrics import attach_split, average_score, build_metrics, compute_metrics, update_metrics
 from ..modeling.model import MultiTaskModel, load_encoder
 from ..tasks.taskdef import TaskDef
-from .rng import load_rank_rng, rng_state, set_rng_state
-
-
-class TrainingDiverged(RuntimeError):
-    """A non-finite loss or gradient norm was seen during training (see :meth:`MultiTaskModule.check_finite`)."""
 
 
 def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
@@ -45,15 +38,18 @@ class MultiTaskModule(pl.LightningModule):
         dropout: when given, overrides every dropout probability (encoder and heads); 0 makes training
             deterministic across DDP layouts.
         trust_remote_code: passed to ``from_pretrained`` (off by default).
+        encoder_model: the encoder already loaded (a student's truncated copy, saved to ``encoder`` by the
+            pipeline before training); not a hyper-parameter. Default: loaded from ``encoder``.
     """
 
     def __init__(self, encoder: str, tasks: dict[str, dict], dev_tasks: list[str] | None = None, lr: float = 5e-5,
                  weight_decay: float = 0.01, warmup_ratio: float = 0.1, dropout: float | None = None,
-                 trust_remote_code: bool = False):
+                 trust_remote_code: bool = False, encoder_model: torch.nn.Module | None = None):
         super().__init__()
-        self.save_hyperparameters()
+        self.save_hyperparameters(ignore=["encoder_model"])
         self.task_defs = {name: TaskDef(**spec) for name, spec in tasks.items()}
-        self.model = MultiTaskModel(load_encoder(encoder, trust_remote_code), self.task_defs)
+        loaded = encoder_model if encoder_model is not None else load_encoder(encoder, trust_remote_code)
+        self.model = MultiTaskModel(loaded, self.task_defs)
         if dropout is not None:
             set_dropout(self.model, dropout)
         self.dev_task_names = dev_tasks if dev_tasks is not None else [
@@ -61,6 +57,7 @@ class MultiTaskModule(pl.LightningModule):
         self.dev_metrics = torch.nn.ModuleDict({n: build_metrics(self.task_defs[n]) for n in self.dev_task_names})
         self.dev_history: list[dict] = []   # one entry per completed epoch: {"epoch", "tasks", "average"}
         self.step_log: list[tuple[int, str]] = []  # (epoch, task) of every optimizer step, for schedule.json
+        self.grad_norm: torch.Tensor | None = None  # the last clipped step's total norm (0-d, on the device)
 
     def forward(self, batch: dict) -> torch.Tensor:
         return self.model(batch["task"], batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"),
@@ -98,54 +95,24 @@ class MultiTaskModule(pl.LightningModule):
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
         """One task's batch: forward, loss, logging. No host-device synchronisation happens here: the logged
-        batch size is counted on the host by the collator, and a non-finite loss only sets a device-side flag
-        (read at logging intervals and before checkpoints, see :meth:`check_finite`)."""
+        batch size is counted on the host by the collator (a non-finite loss is caught by the Trainer's
+        :class:`~mtdnn.training.callbacks.NonFiniteGuard`, which reads it without synchronising)."""
         loss = self.task_loss(batch, self(batch))
-        self.flag_nonfinite(loss)
         size = batch.get("examples", len(batch["weight"]))
         self.log("train/loss", loss, on_step=True, on_epoch=True, batch_size=size)
         self.log(f"train/{batch['task']}_loss", loss, on_step=False, on_epoch=True, batch_size=size)
         self.step_log.append((self.current_epoch, batch["task"]))
         return loss
 
-    # -- non-finite detection: a flag on the device, read by the host only at logging and checkpoint time -------
-
-    def flag_nonfinite(self, value: torch.Tensor) -> None:
-        """OR ``not isfinite(value)`` (a scalar tensor) into the device-side flag, without synchronising."""
-        bad = ~torch.isfinite(value.detach())
-        if getattr(self, "_nonfinite", None) is None or self._nonfinite.device != bad.device:
-            self._nonfinite = torch.zeros((), dtype=torch.bool, device=bad.device)
-        self._nonfinite.logical_or_(bad)
-
-    def check_finite(self, when: str) -> None:
-        """Read the flag (one synchronisation) and stop training if a loss or gradient norm was non-finite.
-
-        Raises:
-            TrainingDiverged: the flag is set; ``when`` says at which point it was read.
-        """
-        flag = getattr(self, "_nonfinite", None)
-        if flag is not None and bool(flag):
-            step = self.trainer.global_step if self._trainer else None
-            raise TrainingDiverged(f"training diverged: a non-finite loss or gradient norm was seen at or before "
-                                   f"optimizer step {step} (read {when}); lower --lr, keep --gradient-clip on, or "
-                                   f"use a wider --precision")
-
-    def on_train_batch_end(self, outputs, batch: dict, batch_idx: int) -> None:
-        if self.trainer.global_step % max(1, self.trainer.log_every_n_steps) == 0:
-            self.check_finite("at a logging interval")
-
-    def on_train_end(self) -> None:
-        self.check_finite("at the end of training")
-
     def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
-        """Clip the gradient norm with ``torch.nn.utils.clip_grad_norm_`` and flag a non-finite norm.
+        """Clip the gradient norm with ``torch.nn.utils.clip_grad_norm_``; keep the norm as ``self.grad_norm``.
 
         Called by Lightning after backward (and, under ``16-mixed``, after the gradient scaler has unscaled the
         gradients, which is why that precision keeps a non-fused optimizer). Calling ``clip_grad_norm_``
         directly, rather than Lightning's ``clip_gradients``, lets a fused AdamW be clipped under ``bf16-mixed``
-        (Lightning's mixed-precision plugin refuses any fused optimizer). The total norm, which clipping
-        computes anyway, feeds the non-finite flag; with a gradient scaler, non-finite gradients are expected
-        (the scaler skips that step and lowers its scale), so only the loss is flagged there.
+        (Lightning's mixed-precision plugin refuses any fused optimizer). The total norm (a 0-d tensor, never
+        read on the host here), which clipping computes anyway, is what
+        :class:`~mtdnn.training.callbacks.NonFiniteGuard` checks.
         """
         if gradient_clip_algorithm not in (None, "norm"):
             return self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
@@ -156,8 +123,7 @@ class MultiTaskModule(pl.LightningModule):
             norm = torch.nn.utils.clip_grad_norm_(params, float(gradient_clip_val), foreach=True)
         else:
             norm = torch.nn.utils.get_total_norm([p.grad for p in params], foreach=True)
-        if getattr(self.trainer.precision_plugin, "scaler", None) is None:
-            self.flag_nonfinite(norm)
+        self.grad_norm = norm
         return None
 
     def on_validation_epoch_start(self) -> None:
@@ -215,29 +181,15 @@ class MultiTaskModule(pl.LightningModule):
         return min(total, self.trainer.max_steps) if self.trainer.max_steps > 0 else total
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        self.check_finite("before saving a checkpoint")  # raising here keeps the previous checkpoint file
-        # rank 0's RNG states; every rank's own are in rng-rank<r>.pt beside last.ckpt (save_rank_rng)
-        checkpoint["mtdnn"] = {"dev_history": self.dev_history, "step_log": [list(s) for s in self.step_log],
-                               "rng": rng_state(), "world_size": self.trainer.world_size}
+        # the research state of a resumed run: its dev evaluations and the schedule so far (RNG states and the
+        # world size are the Trainer's callbacks', mtdnn.training.callbacks and mtdnn.training.stopping)
+        checkpoint.setdefault("mtdnn", {}).update(dev_history=self.dev_history,
+                                                  step_log=[list(s) for s in self.step_log])
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         state = checkpoint.get("mtdnn", {})
         self.dev_history = list(state.get("dev_history", []))
         self.step_log = [tuple(s) for s in state.get("step_log", [])]
-        self._rng_to_restore = state.get("rng")
-        trainer = self._trainer
-        ckpt_path = getattr(trainer, "ckpt_path", None) if trainer is not None else None
-        if ckpt_path and trainer.world_size > 1:  # each rank continues its own random streams (dropout)
-            own = load_rank_rng(Path(ckpt_path).parent, trainer.global_rank, checkpoint.get("global_step"))
-            if own is not None:
-                self._rng_to_restore = own
-
-    def on_train_batch_start(self, batch: dict, batch_idx: int) -> None:
-        # Restore the RNG states of the checkpoint just before the first step after a resume: nothing between
-        # a save and the next step draws random numbers, so dropout continues as in an uninterrupted run.
-        if getattr(self, "_rng_to_restore", None):
-            set_rng_state(self._rng_to_restore)
-            self._rng_to_restore = None
 
 
 def set_dropout(model: torch.nn.Module, p: float) -> None:

@@ -10,18 +10,22 @@ from ...tasks.taskdef import TaskDef
 from .encoders import Encoder
 from .settings import TransferSettings
 
+
 def fine_tune(encoder: Encoder, task: TaskDef, train_set, tokenizer, settings: TransferSettings, seed: int,
               accelerator: str = "auto", precision: str = "32-true", root_dir: Path | None = None,
               trust_remote_code: bool = False):
     """Fine-tune a fresh copy of ``encoder`` (and a fresh or reused head) on ``train_set``; no validation.
 
-    Uses the toolkit's :class:`~mtdnn.training.module.MultiTaskModule` with one task and a Lightning Trainer on one
-    device. Returns ``(module, trainer)``; the module is back on CPU (Lightning's teardown).
+    The toolkit's training pipeline (:mod:`mtdnn.training.pipeline`: its checks, its one Trainer) with one task on
+    one device, writing nothing (the sweep keeps its own ``per_run/`` records). Returns ``(module, trainer)``; the
+    module is back on CPU (Lightning's teardown).
+
+    Raises:
+        ConfigError: a setting, flag or length the pipeline refuses (as ``train`` would).
     """
-    import pytorch_lightning as pl
-
+    from ...training import pipeline
+    from ...training.config import TrainConfig
     from ...training.datamodule import MultiTaskDataModule
-
     from ...training.module import MultiTaskModule
     from ...tasks.schedule import MultiTaskBatchSampler, TaskSize
 
@@ -40,21 +44,26 @@ def fine_tune(encoder: Encoder, task: TaskDef, train_set, tokenizer, settings: T
         def val_dataloader(self) -> list:
             return []
 
-    pl.seed_everything(seed, workers=True, verbose=False)
-    module = MultiTaskModule(encoder.path, {task.name: task.to_plain()}, dev_tasks=[], lr=settings.lr,
-                             weight_decay=settings.weight_decay, warmup_ratio=settings.warmup_ratio,
-                             trust_remote_code=trust_remote_code)
-    if encoder.head_state is not None:
-        module.model.heads[task.name].load_state_dict(encoder.head_state)
-    datamodule = SubsetDataModule({task.name: task}, data_dir=None, tokenizer=tokenizer,
-                                  batch_size=settings.batch_size(len(train_set)), seed=seed)
-    trainer = pl.Trainer(max_epochs=settings.epochs, accelerator=accelerator, devices=1, precision=precision,
-                         gradient_clip_val=settings.gradient_clip or None, limit_val_batches=0,
-                         num_sanity_val_steps=0, logger=False, enable_checkpointing=False,
-                         enable_progress_bar=False, enable_model_summary=False, use_distributed_sampler=False,
-                         default_root_dir=root_dir, deterministic=False)
-    trainer.fit(module, datamodule=datamodule)
-    return module, trainer
+    def module_factory(config, path, tasks, encoder_model):
+        module = MultiTaskModule(path, {task.name: task.to_plain()}, dev_tasks=[], lr=config.lr,
+                                 weight_decay=config.weight_decay, warmup_ratio=config.warmup_ratio,
+                                 trust_remote_code=config.trust_remote_code)
+        if encoder.head_state is not None:
+            module.model.heads[task.name].load_state_dict(encoder.head_state)
+        return module
+
+    def datamodule_factory(config, tasks, tokenizer):
+        return SubsetDataModule(tasks, data_dir=None, tokenizer=tokenizer, batch_size=config.batch_size,
+                                seed=config.seed)
+
+    config = TrainConfig(task_defs="transfer", tasks=[task.name], encoder=encoder.path,
+                         **settings.train_overrides(len(train_set)), seed=seed, accelerator=accelerator, devices=1,
+                         precision=precision, trust_remote_code=trust_remote_code)
+    run = pipeline.plan(config, tasks={task.name: task}, encoder=encoder.path, tokenizer=tokenizer,
+                        module_factory=module_factory, datamodule_factory=datamodule_factory,
+                        outputs=pipeline.FINE_TUNE_ONLY, check_data_files=False, root_dir=root_dir)
+    result = pipeline.execute(run)
+    return result.module, result.trainer
 
 
 @torch.inference_mode()

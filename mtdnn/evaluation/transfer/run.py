@@ -31,7 +31,7 @@ def run_transfer(spec: TransferSpec) -> dict:
     """
     from ...tasks.data import load_split, resolve_data_dir
     from ...tasks.subsets import check_sizes, sizes_from_fractions, stratified_order
-    from ...training.trainer import check_lightning_flags
+    from ...training.flags import check_lightning_flags
 
     settings = SETTINGS
 

@@ -25,6 +25,12 @@ class TransferSettings:
     small_subset_limit: int = 1000
     eval_batch_size: int = 128
 
+    def train_overrides(self, n_examples: int) -> dict:
+        """The :class:`~mtdnn.training.config.TrainConfig` fields of one fine-tune on ``n_examples`` examples."""
+        return {"max_epochs": self.epochs, "lr": self.lr, "weight_decay": self.weight_decay,
+                "warmup_ratio": self.warmup_ratio, "gradient_clip": self.gradient_clip,
+                "batch_size": self.batch_size(n_examples), "eval_batch_size": self.eval_batch_size}
+
     def batch_size(self, n_examples: int) -> int:
         """The training batch for a subset of ``n_examples``."""
         return self.small_batch_size if n_examples < self.small_subset_limit else self.large_batch_size
