@@ -31,7 +31,8 @@ from ..fileio import write_atomic, write_json_atomic, write_yaml_atomic, yaml_fl
 from ..training.lightning import MultiTaskDataModule, MultiTaskModule
 from ..modeling.losses import DISTILLATION_LOSSES
 from . import piece_targets
-from .soft_targets import align, batch_targets, read_manifest, teacher_outputs
+from .batch_targets import batch_targets
+from .soft_targets import align, read_manifest, teacher_outputs
 from .specs import FinetuneSpec, Spec, TeacherSpec
 from ..tasks.taskdef import TaskDef, load_task_defs, select_tasks
 from ..training.config import TrainConfig
