@@ -18,13 +18,11 @@ def main(rank: int, world: int, init_file: str, encoder: str, out: str, count: i
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     tokenizer = load_tokenizer(encoder)
     split = qa_split(tokenizer)
-    scores = {}
-    for key in ("exact_match", "squad_f1"):
-        metric = SpanScores(key, n_best=5, max_answer_length=10).attach(split)
-        for w in list(range(count))[rank::world]:  # with count < world, some ranks see no window at all
-            batch = collate_spans([split[w]], "squad", tokenizer.pad_token_id)
-            metric.update(oracle_logits(batch), batch["labels"], batch["weight"])
-        scores[key] = float(metric.compute())
+    metric = SpanScores(("exact_match", "squad_f1"), n_best=5, max_answer_length=10).attach(split)
+    for w in list(range(count))[rank::world]:  # with count < world, some ranks see no window at all
+        batch = collate_spans([split[w]], "squad", tokenizer.pad_token_id)
+        metric.update(oracle_logits(batch), batch["labels"], batch["weight"])
+    scores = {key: float(v) for key, v in metric.compute().items()}
     answers = {q: p.text for q, p in metric.decoded.items()}
     with open(out, "w", encoding="utf-8") as f:
         json.dump({"scores": scores, "answers": answers}, f)

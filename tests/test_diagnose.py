@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from mtdnn.errors import ConfigError, DataError, run_cli
-from mtdnn.evaluation.diagnostics import arct, cues, hans, partial_input
+from mtdnn.evaluation.diagnostics import arct, cues, hans, hans_file, partial_input
 from mtdnn.cli import diagnose
 from mtdnn.tasks.data import Example, load_split, tokenize_examples
 from mtdnn.tasks.taskdef import load_task_defs, parse_tasks
@@ -152,11 +152,11 @@ def test_hans_on_a_run_names_what_is_missing(run_dir, data_dir, capsys):
 
 
 def test_per_heuristic_accuracy_hand_computed():
-    rows = [hans.HansExample("p", "h", "entailment", "lexical_overlap", "le_a", 1),
-            hans.HansExample("p", "h", "entailment", "lexical_overlap", "le_a", 2),
-            hans.HansExample("p", "h", "non-entailment", "lexical_overlap", "ln_b", 3),
-            hans.HansExample("p", "h", "non-entailment", "subsequence", "sn_c", 4),
-            hans.HansExample("p", "x", "non-entailment", "subsequence", "sn_c", 5)]
+    rows = [hans_file.HansExample("p", "h", "entailment", "lexical_overlap", "le_a", 1),
+            hans_file.HansExample("p", "h", "entailment", "lexical_overlap", "le_a", 2),
+            hans_file.HansExample("p", "h", "non-entailment", "lexical_overlap", "ln_b", 3),
+            hans_file.HansExample("p", "h", "non-entailment", "subsequence", "sn_c", 4),
+            hans_file.HansExample("p", "x", "non-entailment", "subsequence", "sn_c", 5)]
     predict = lambda batch: ["non-entailment" if ex.hypothesis == "x" else "entailment" for ex in batch]  # noqa: E731
     summary = hans.summarise(hans.score_hans(rows, predict, batch_size=2))
     lo, sub = summary["by_heuristic"]["lexical_overlap"], summary["by_heuristic"]["subsequence"]
@@ -225,7 +225,7 @@ def test_hans_with_a_model_streams_30000_rows_in_flat_memory(tiny_encoder, tmp_p
         for i in range(30_000):
             premise = " ".join(words[(i + k) % 10] for k in range(5))
             f.write(f"{'entailment' if i % 2 else 'non-entailment'}\t{premise}\t{premise[:12]}\t"
-                    f"{hans.HEURISTICS[i % 3]}\tcase{i % 30}\n")
+                    f"{hans_file.HEURISTICS[i % 3]}\tcase{i % 30}\n")
     inner = hans.model_predictor(loaded, task, hans.entailment_label_map(task))
     seen, current = [], []
 
@@ -237,7 +237,7 @@ def test_hans_with_a_model_streams_30000_rows_in_flat_memory(tiny_encoder, tmp_p
 
     tracemalloc.start()
     try:
-        result = hans.hans_diagnosis(hans.open_hans(tmp_path / "big.txt"), predict, "tiny", batch_size=1000)
+        result = hans.hans_diagnosis(hans_file.open_hans(tmp_path / "big.txt"), predict, "tiny", batch_size=1000)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()

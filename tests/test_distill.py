@@ -14,7 +14,7 @@ import yaml
 from mtdnn.distillation import soft_targets
 
 from mtdnn import teachers as teachers_cmd
-from mtdnn.distillation import teachers
+from mtdnn.distillation import teacher_report, teachers
 from mtdnn.errors import CheckpointError, ConfigError, run_cli
 from mtdnn.modeling.losses import (distillation_cross_entropy, distillation_mse, ensemble_prediction, ensemble_probabilities,
                           soft_cross_entropy)
@@ -76,8 +76,8 @@ def test_ensemble_averages_probabilities_not_logits():
     assert loss.item() == pytest.approx((0.25 * (0.25 + 1.0) + 0.75 * (0.25 + 0.0)) / 2)
     # ensemble decisions and disagreement, as the teacher report computes them
     outputs = torch.tensor([[[2.0, 0.0], [0.0, 1.0]], [[0.0, 1.0], [0.0, 2.0]], [[1.0, 0.0], [3.0, 0.0]]])
-    assert teachers.ensemble_outputs("classification", outputs).argmax(-1).tolist() == [0, 1, 0]
-    pairs = teachers.pairwise_disagreement("classification", outputs)
+    assert teacher_report.ensemble_outputs("classification", outputs).argmax(-1).tolist() == [0, 1, 0]
+    pairs = teacher_report.pairwise_disagreement("classification", outputs)
     assert pairs == [{"members": [1, 2], "value": pytest.approx(1 / 3)}]
 
 

@@ -73,6 +73,13 @@ def test_t_interval_equals_scipy():
     assert math.isnan(t_interval([0.1])["low"])
 
 
+def test_t_interval_of_equal_differences_is_their_value_without_a_warning(recwarn):
+    out = t_interval([0.01, 0.01, 0.01])
+    assert out["low"] == pytest.approx(0.01, abs=1e-15) and out["high"] == pytest.approx(0.01, abs=1e-15)
+    assert out["sd"] == 0.0 and out["n"] == 3 and not [w for w in recwarn if w.category is RuntimeWarning]
+    assert all(math.isnan(t_interval([])[k]) for k in ("mean", "sd", "low", "high"))
+
+
 @pytest.mark.parametrize("metric", ["accuracy", "f1", "mcc", "pearson", "spearman"])
 def test_resampled_metrics_equal_the_reference_on_each_resample(metric):
     from scipy import stats

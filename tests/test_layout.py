@@ -1,11 +1,14 @@
-"""The layout is the pipeline: a lower stage never imports a higher one (read from the source with ast)."""
+"""The layout is the pipeline: a lower stage never imports a higher one, and no modules import each other in a
+cycle (read from the source with ast)."""
 
 import ast
 from pathlib import Path
 
+import pytest
+
 PACKAGE = Path(__file__).resolve().parents[1] / "mtdnn"
-# errors/fileio < tasks < modeling < training < distillation, evaluation < api, cli, the entry points
-STAGES = {"errors": 0, "fileio": 0, "tasks": 1, "modeling": 2, "training": 3, "distillation": 4, "evaluation": 4,
+# errors/fileio/tables < tasks < modeling < training < distillation, evaluation < api, cli, the entry points
+STAGES = {"errors": 0, "fileio": 0, "tables": 0, "tasks": 1, "modeling": 2, "training": 3, "distillation": 4, "evaluation": 4,
           "api": 5, "cli": 5}
 
 
@@ -17,6 +20,14 @@ def stage_of(module: str) -> tuple[str, int]:
     return parts[1], STAGES.get(parts[1], 5)
 
 
+def _from_target(node: ast.ImportFrom, package: str) -> str:
+    """The module named by ``from <target> import ...`` in a module of ``package`` (relative levels resolved)."""
+    if not node.level:
+        return node.module or ""
+    base = package.split(".")[: len(package.split(".")) - node.level + 1]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
 def imports_of(path: Path) -> list[tuple[str, int]]:
     """Every ``mtdnn`` module imported by the file (also inside functions), with its line."""
     module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__")
@@ -24,11 +35,7 @@ def imports_of(path: Path) -> list[tuple[str, int]]:
     found = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
+            target = _from_target(node, package)
             names = [target] if node.module else [f"{target}.{a.name}" for a in node.names]
             found += [(n, node.lineno) for n in names if n.startswith("mtdnn")]
         elif isinstance(node, ast.Import):
@@ -53,3 +60,102 @@ def test_no_stage_imports_a_higher_one():
             if target_level > level or peers:
                 violations.append(f"{path.relative_to(PACKAGE.parent)}:{line}: {name} imports {target}")
     assert not violations, "\n".join(violations)
+
+
+# ------------------------------------------------------------------------------------------------ import cycles
+
+# Cycles in modules another part of issue 25 rewrites, tolerated until then (each entry: the cycle's modules,
+# sorted). THE LEAD EMPTIES THIS LIST when those parts land; a cycle not listed here fails the test.
+ALLOWED_CYCLES: list[tuple[str, ...]] = [
+    # tasks/ (parts 3 and 7: one package per task type): taskdef -> types -> sentence, mlm, token -> taskdef, data
+    ("mtdnn.tasks.data", "mtdnn.tasks.mlm", "mtdnn.tasks.sentence", "mtdnn.tasks.taskdef", "mtdnn.tasks.token",
+     "mtdnn.tasks.types"),
+]
+
+
+def module_name(path: Path) -> str:
+    """``mtdnn/distillation/teachers.py`` -> ``mtdnn.distillation.teachers``; a package's ``__init__.py`` -> the
+    package."""
+    return ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__")
+
+
+def module_edges(path: Path, modules: set[str]) -> set[str]:
+    """The modules of the package that ``path`` imports (at module level or inside functions): ``from x import y``
+    imports the submodule ``x.y`` when there is one, else the module ``x`` itself; ``import x.y`` imports ``x.y``."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            target = _from_target(node, package)
+            for alias in node.names:
+                found.add(f"{target}.{alias.name}" if f"{target}.{alias.name}" in modules else target)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+    return (found & modules) - {name}
+
+
+def import_graph() -> dict[str, set[str]]:
+    paths = sorted(PACKAGE.rglob("*.py"))
+    modules = {module_name(p) for p in paths}
+    return {module_name(p): module_edges(p, modules) for p in paths}
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components = []
+
+    def visit(v: str) -> None:  # recursion depth: at most the number of modules (about 100)
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                components.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(components)
+
+
+def describe_cycle(graph: dict[str, set[str]], component: list[str]) -> str:
+    """The component's modules and every import between them, e.g. ``a -> b, b -> a``."""
+    members = set(component)
+    edges = [f"{a} -> {b}" for a in component for b in sorted(graph[a] & members)]
+    return f"{', '.join(component)}: " + "; ".join(edges)
+
+
+def test_cycle_finder_sees_submodules_imported_by_name(tmp_path):
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e2"}, "e2": {"e"}}
+    assert import_cycles(graph) == [["a", "b", "c"], ["e", "e2"]]
+    student = module_edges(PACKAGE / "distillation" / "student.py", set(import_graph()))
+    assert "mtdnn.distillation.teachers" in student  # ``from . import teachers``
+    trainer_users = [m for m, edges in import_graph().items() if "mtdnn.training.trainer" in edges]
+    assert "mtdnn.distillation.teachers" in trainer_users  # ``from ..training import trainer as train``
+
+
+def test_no_import_cycles_between_modules():
+    graph = import_graph()
+    cycles = import_cycles(graph)
+    unexpected = [describe_cycle(graph, c) for c in cycles if tuple(c) not in ALLOWED_CYCLES]
+    assert not unexpected, "import cycles (function-level imports count):\n" + "\n".join(unexpected)
+    if cycles:
+        pytest.xfail("tolerated cycles (ALLOWED_CYCLES): " + "; ".join(describe_cycle(graph, c) for c in cycles))

@@ -12,7 +12,9 @@ import pytest
 import torch
 import yaml
 
-from mtdnn.distillation import piece_targets, soft_targets
+from mtdnn.distillation import soft_targets
+from mtdnn.distillation.batch_targets import PieceBatchTargets
+from mtdnn.distillation.pieces import MASKED, PieceOutputs, pieces_digest
 from mtdnn.errors import run_cli
 from mtdnn.modeling.losses import DISTILLATION_LOSSES
 from mtdnn.modeling.token_heads import span_distillation_loss, token_distillation_loss
@@ -118,13 +120,13 @@ def test_per_piece_targets_are_placed_at_each_rows_real_pieces(padding_side):
     if padding_side == "left":
         mask = mask.flip(1)
     batch = {"task": "t", "idx": torch.tensor([1, 0]), "attention_mask": mask.flip(0)}
-    placed = piece_targets.PieceBatchTargets(rows).for_batch(batch)
+    placed = PieceBatchTargets(rows).for_batch(batch)
     assert placed.shape == (2, 2, 4, 2)
     real = batch["attention_mask"].bool()
     assert torch.equal(placed[0][:, real[0]], rows[1]) and torch.equal(placed[1][:, real[1]], rows[0])
-    assert (placed[0][:, ~real[0]] == piece_targets.MASKED).all() and (placed[1][:, ~real[1]] == -1e4).all()
+    assert (placed[0][:, ~real[0]] == MASKED).all() and (placed[1][:, ~real[1]] == -1e4).all()
     with pytest.raises(RuntimeError, match="row 0 of task 't' has 3 pieces, its cached teacher outputs 1"):
-        piece_targets.PieceBatchTargets([rows[1], rows[1]]).for_batch(batch)
+        PieceBatchTargets([rows[1], rows[1]]).for_batch(batch)
 
 
 # ----------------------------------------------------------------------------------------- end to end, tiny
@@ -215,8 +217,8 @@ def _alone(model, task, split, tokenizer, row):
 def test_tagging_soft_targets_are_each_sentences_piece_logits_with_the_label_mask(world):
     ids, outputs, fingerprint = soft_targets.read_outputs(world["teachers"] / "conll2003" / "logits" / "member-1-train")
     model, tokenizer, task, split = _member(world, "conll2003")
-    assert isinstance(outputs, piece_targets.PieceOutputs) and fingerprint["shape"] == "piece"
-    assert fingerprint["width"] == 9 and fingerprint["pieces"] == piece_targets.pieces_digest(split)
+    assert isinstance(outputs, PieceOutputs) and fingerprint["shape"] == "piece"
+    assert fingerprint["width"] == 9 and fingerprint["pieces"] == pieces_digest(split)
     assert sorted(ids) == sorted(split.ids) and len(ids) == len(split) > 10
     for row in (0, 7, len(split) - 1):  # one sentence at a time: no padding, no batch order
         cached = outputs.rows[ids.index(split.ids[row])]
@@ -306,7 +308,7 @@ def test_student_batches_carry_per_piece_soft_targets_of_their_rows(world):
         ids, rows = targets[batch["task"]]
         for r, i in enumerate(batch["idx"].tolist()):
             assert torch.equal(z[r][:, real[r]], torch.from_numpy(rows[i]))
-            assert (z[r][:, ~real[r]] == piece_targets.MASKED).all()
+            assert (z[r][:, ~real[r]] == MASKED).all()
     assert seen == {"conll2003", "squad"}
 
 

@@ -328,6 +328,33 @@ def test_squad_normalisation_and_scores_on_hand_made_cases():
     assert scores == pytest.approx({"exact_match": 100 / 3, "f1": 100 / 3})
 
 
+def test_an_answer_that_normalises_to_nothing_scores_f1_0_as_in_squad_v1_1():
+    """Why the toolkit keeps its own SQuAD EM/F1: evaluate-v1.1.py gives prediction "a" against gold "The" (both
+    empty after normalisation) exact match 100 and F1 0 (no shared word); torchmetrics' SQuAD follows v2.0's
+    script, where two empty answers score F1 100."""
+    assert squad_scores({"q": "a"}, {"q": ["The"]}) == {"exact_match": 100.0, "f1": 0.0}
+    from torchmetrics.functional.text import squad as torchmetrics_squad
+
+    theirs = torchmetrics_squad([{"prediction_text": "a", "id": "q"}],
+                                [{"answers": {"answer_start": [0], "text": ["The"]}, "id": "q"}])
+    assert float(theirs["f1"]) == 100.0  # the v2.0 rule this test documents; ours stays v1.1's
+
+
+def test_build_metrics_gives_a_qa_task_one_span_metric_for_em_and_f1():
+    from types import SimpleNamespace
+
+    from mtdnn.modeling.metrics import build_metrics
+    from mtdnn.modeling.token_metrics import SpanScores
+
+    task = SimpleNamespace(metric_names=["squad_f1", "exact_match"], qa_spec=SimpleNamespace(n_best=5,
+                                                                                             max_answer_length=10))
+    metrics = build_metrics(task)
+    assert [type(m) for m in metrics.values()] == [SpanScores] and metrics.order == ["squad_f1", "exact_match"]
+    assert next(iter(metrics.values())).keys == ("squad_f1", "exact_match")
+    with pytest.raises(ValueError, match="expected one or both"):
+        SpanScores(("accuracy",))
+
+
 @pytest.mark.data
 def test_squad_scores_equal_the_official_logic_on_50_real_questions(data_dir):
     dataset = json.loads((data_dir / "squad" / "dev-v1.1-articles-00-37.json").read_text(encoding="utf-8"))["data"]
@@ -536,14 +563,14 @@ def test_span_scores_over_windows_in_separate_batches(tokenizer):
 
     split = qa_split(tokenizer)
     assert len(split) >= 3
-    metric = SpanScores("exact_match", n_best=5, max_answer_length=10).attach(split)
+    metric = SpanScores(("exact_match",), n_best=5, max_answer_length=10).attach(split)
     for w in range(len(split)):  # one window per batch
         batch = collate_spans([split[w]], "squad", tokenizer.pad_token_id)
         assert batch["labels"][0, 2] == w
         metric.update(oracle_logits(batch), batch["labels"], batch["weight"])
     predictions = metric.predictions()
     assert predictions["a"].text == "w40 w41" and predictions["b"].text == "context"
-    assert float(metric.compute()) == 1.0 and metric.decoded["a"].text == "w40 w41"
+    assert float(metric.compute()["exact_match"]) == 1.0 and metric.decoded["a"].text == "w40 w41"
 
 
 @pytest.mark.parametrize("count", [1, None])
@@ -559,13 +586,11 @@ def test_span_scores_gather_every_window_across_more_ranks_than_windows(tmp_path
 
     split = qa_split(tokenizer)
     count = count or len(split)
-    expected = {}
-    for key in ("exact_match", "squad_f1"):
-        single = SpanScores(key, n_best=5, max_answer_length=10).attach(split)
-        for w in range(count):
-            batch = collate_spans([split[w]], "squad", tokenizer.pad_token_id)
-            single.update(oracle_logits(batch), batch["labels"], batch["weight"])
-        expected[key] = float(single.compute())
+    single = SpanScores(("exact_match", "squad_f1"), n_best=5, max_answer_length=10).attach(split)
+    for w in range(count):
+        batch = collate_spans([split[w]], "squad", tokenizer.pad_token_id)
+        single.update(oracle_logits(batch), batch["labels"], batch["weight"])
+    expected = {key: float(v) for key, v in single.compute().items()}
     worker = Path(__file__).with_name("span_ddp_worker.py")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).parents[1])}
     procs = [subprocess.Popen([sys.executable, str(worker), str(r), "2", str(tmp_path / "init"), tiny_encoder,

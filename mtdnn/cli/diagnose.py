@@ -160,8 +160,9 @@ def _cue_settings(args):
 
 def _hans(args) -> int:
     from ..tasks.data import resolve_data_dir
-    from ..evaluation.diagnostics.hans import (DEFAULT_HANS, RULES, entailment_label_map, format_hans_table, hans_diagnosis, model_predictor,
-                       open_hans, parse_label_map, write_hans_outputs)
+    from ..evaluation.diagnostics.hans import (RULES, entailment_label_map, format_hans_table, hans_diagnosis, model_predictor,
+                       parse_label_map, write_hans_outputs)
+    from ..evaluation.diagnostics.hans_file import DEFAULT_HANS, open_hans
 
     if (args.model is None) == (args.rule is None):
         raise ConfigError("hans: give a MODEL (run or export) or --rule, not both and not neither")
@@ -251,7 +252,8 @@ def _partial(args) -> int:
 
 def _report(args) -> int:
     from ..training.inference import load_model, resolve_device
-    from ..evaluation.diagnostics.hans import DEFAULT_HANS, parse_label_map
+    from ..evaluation.diagnostics.hans import parse_label_map
+    from ..evaluation.diagnostics.hans_file import DEFAULT_HANS
     from ..evaluation.diagnostics.report import ReportInputs, read_partial_result, write_report
 
     overrides = parse_label_map(args.label_map)

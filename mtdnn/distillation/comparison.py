@@ -14,14 +14,23 @@ bootstrap and the per-seed scores come from the same predictions.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import math
+import re
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from . import student
+from ..errors import ConfigError
+from ..fileio import check_output_dir, claim_output_dir, write_atomic, write_json_atomic
+from ..tables import markdown_table
+from ..tasks.data import load_split
+from ..tasks.types import TASK_TYPES
+from ..training.runs import read_metrics
 from .paired import BOOTSTRAP_RESAMPLES, RESAMPLED_METRICS, paired_bootstrap, resampled_metric, t_interval
+from .soft_targets import member_outputs
+from .teacher_report import summarize
 
 DISTILLED, GOLD_ONLY = "distilled", "gold-only"
 
@@ -29,8 +38,6 @@ DISTILLED, GOLD_ONLY = "distilled", "gold-only"
 def predictions_of(task_type: str, outputs: np.ndarray) -> np.ndarray:
     """Per-example predictions from model outputs ``(n, outputs)``: class (or candidate) ids, or scores (types
     whose soft targets are mean predictions, regression)."""
-    from ..tasks.types import TASK_TYPES
-
     outputs = np.asarray(outputs)
     if TASK_TYPES[task_type].soft_targets == "mean":
         return outputs.reshape(len(outputs))
@@ -121,10 +128,9 @@ def render_markdown(result: dict, teachers: dict | None = None, title: str = "Pa
              "task's first metric); t: paired 95% t-interval over seeds; bootstrap: 95% percentile interval of "
              f"the seed-averaged difference over {result['average']['bootstrap']['resamples']} paired resamples of "
              f"the dev examples (seed {result['average']['bootstrap']['seed']}), and the share of resamples with "
-             "difference <= 0.", "",
-             f"| task | metric | {a} | {b} | difference | t-interval | bootstrap | P(diff <= 0) |"
-             + (" members' mean | ensemble |" if teachers else ""),
-             "|---|---|---|---|---|---|---|---|" + ("---|---|" if teachers else "")]
+             "difference <= 0.", ""]
+    header = ["task", "metric", a, b, "difference", "t-interval", "bootstrap", "P(diff <= 0)"]
+    header += ["members' mean", "ensemble"] if teachers else []
 
     def row(name, metric, r, teacher):
         d, boot = r["difference"], r["bootstrap"]
@@ -133,14 +139,15 @@ def render_markdown(result: dict, teachers: dict | None = None, title: str = "Pa
                  f(boot["p_not_better"])]
         if teachers:
             cells += [f(teacher[0]) if teacher else "", f(teacher[1]) if teacher else ""]
-        return "| " + " | ".join(cells) + " |"
+        return cells
 
+    rows = []
     for name, r in result["tasks"].items():
         t = (teachers or {}).get("tasks", {}).get(name)
-        lines.append(row(name, r["metric"], r, (t["mean"], t["ensemble"]["score"]) if t else None))
+        rows.append(row(name, r["metric"], r, (t["mean"], t["ensemble"]["score"]) if t else None))
     avg = (teachers or {}).get("average")
-    lines.append(row("**average**", "", result["average"], (avg["mean"], avg["ensemble"]) if avg else None))
-    return "\n".join(lines) + "\n"
+    rows.append(row("**average**", "", result["average"], (avg["mean"], avg["ensemble"]) if avg else None))
+    return "\n".join(lines + markdown_table(header, rows)) + "\n"
 
 
 # ------------------------------------------------------------------------------------------------- the runs
@@ -151,8 +158,6 @@ COMPARISON_JSON, COMPARISON_MD = "comparison.json", "comparison.md"
 def is_comparison_dir(directory: Path) -> bool:
     """Whether ``directory`` is a paired comparison's (written before output directories had a record file): its
     ``comparison.json``, or only ``seed-<s>/`` folders of arm runs."""
-    import re
-
     if (directory / COMPARISON_JSON).is_file():
         return True
     entries = list(directory.iterdir())
@@ -166,8 +171,6 @@ def check_comparison_dir(spec, spec_path: str, output_dir: str | None) -> Path:
     Raises:
         UserError: it holds other files or another kind of toolkit output.
     """
-    from ..fileio import check_output_dir
-
     out_dir = Path(output_dir or f"{spec.output_dir}-paired")
     return check_output_dir(out_dir, "--output-dir" if output_dir else f"{spec_path}: field 'output_dir' (+ '-paired')",
                             "comparison", recognised=is_comparison_dir)
@@ -188,10 +191,7 @@ def check_comparable(spec, spec_path: str) -> None:
         ConfigError: naming the tasks whose metric is not (entity F1 and SQuAD EM/F1 of the token-level types,
             which score entities and questions over windows).
     """
-    from ..errors import ConfigError
-    from .student import student_tasks
-
-    tasks = student_tasks(spec, spec_path)
+    tasks = student.student_tasks(spec, spec_path)
     other = [f"{n} ({tasks[n].metric_names[0]})" for n in spec.distill
              if tasks[n].metric_names[0] not in RESAMPLED_METRICS]
     if other:
@@ -214,15 +214,6 @@ def run_comparison(spec, spec_path: str, *, seeds: int, data_dir, teachers_dir: 
             metric is not resampled (:func:`check_comparable`).
         (and what :func:`mtdnn.distillation.student.distill` raises)
     """
-    from pathlib import Path
-
-    from ..errors import ConfigError
-    from ..fileio import claim_output_dir, write_atomic, write_json_atomic
-    from ..tasks.data import load_split
-    from ..training.runs import read_metrics
-    from . import student, teachers
-    from .soft_targets import member_outputs
-
     if seeds < 2:
         raise ConfigError(f"--seeds: a paired comparison needs at least 2 seeds (got {seeds})")
     if not spec.distill:
@@ -260,7 +251,7 @@ def run_comparison(spec, spec_path: str, *, seeds: int, data_dir, teachers_dir: 
     result = analyse(predictions, gold_arrays, metrics, resamples=resamples)
     result["logged"] = {arm: {str(s): v for s, v in per.items()} for arm, per in logged.items()}
     result["spec"], result["alpha"], result["teachers"] = str(spec_path), spec.alpha, str(teacher_dir)
-    report = teachers.summarize(teacher_dir, {n: tasks[n] for n in spec.distill}, Path(data_dir))
+    report = summarize(teacher_dir, {n: tasks[n] for n in spec.distill}, Path(data_dir))
     result["members_mean"] = {n: t["mean"] for n, t in report["tasks"].items()}
     result["ensemble"] = {n: t["ensemble"]["score"] for n, t in report["tasks"].items()}
     result["members_mean"]["average"], result["ensemble"]["average"] = report["average"]["mean"], report["average"]["ensemble"]

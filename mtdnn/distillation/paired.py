@@ -4,7 +4,8 @@ The analysis is fixed in advance. Both arms run with the same seeds (seed s of a
 arm B: same start, same schedule, same data order), and are scored on the same dev examples:
 
 - **paired t-interval over seeds**: d_s = score_A(s) - score_B(s); mean(d) +- t_{0.975, S-1} * sd(d) / sqrt(S)
-  (Student's t; the two-sided 95% interval of the mean paired difference, as ``scipy.stats.ttest_rel`` gives);
+  (Student's t; the two-sided 95% interval of the mean paired difference, computed by SciPy:
+  ``scipy.stats.ttest_1samp(d, 0).confidence_interval(0.95)``, the interval ``scipy.stats.ttest_rel`` gives);
 - **paired bootstrap over dev examples** (Efron and Tibshirani 1993; Koehn 2004 for NLP): R resamples of the dev
   examples with replacement, one index draw shared by both arms and all seeds; on each, the seed-averaged
   difference of the metric, recomputed on the resample (so non-decomposable metrics such as MCC or Pearson are
@@ -17,30 +18,34 @@ take seconds.
 
 from __future__ import annotations
 
-import math
+import warnings
 from typing import Callable
 
 import numpy as np
+from scipy import stats
 
 BOOTSTRAP_RESAMPLES = 10_000
 
 
 def t_interval(differences: list[float], confidence: float = 0.95) -> dict:
-    """Paired t-interval of the mean of ``differences`` (one per seed).
+    """Paired t-interval of the mean of ``differences`` (one per seed): Student's t, two-sided,
+    ``scipy.stats.ttest_1samp(differences, 0).confidence_interval(confidence)`` (the interval of
+    ``scipy.stats.ttest_rel`` on the two arms' paired scores).
 
     Returns:
-        ``mean``, ``sd`` (sample), ``n``, ``low``, ``high`` (NaN bounds with fewer than 2 values).
+        ``mean``, ``sd`` (sample, ddof 1), ``n``, ``low``, ``high`` (NaN ``sd`` and bounds with fewer than 2
+        values; ``mean`` NaN with none).
     """
-    from scipy import stats
-
     d = np.asarray(differences, dtype=np.float64)
     n = len(d)
     mean = float(d.mean()) if n else float("nan")
     if n < 2:
         return {"mean": mean, "sd": float("nan"), "n": n, "low": float("nan"), "high": float("nan")}
-    sd = float(d.std(ddof=1))
-    half = float(stats.t.ppf(0.5 + confidence / 2, n - 1)) * sd / math.sqrt(n)
-    return {"mean": mean, "sd": sd, "n": n, "low": mean - half, "high": mean + half}
+    with warnings.catch_warnings():  # equal differences (sd 0): SciPy warns of precision loss; the interval is [mean, mean]
+        warnings.simplefilter("ignore", RuntimeWarning)
+        interval = stats.ttest_1samp(d, 0.0).confidence_interval(confidence)
+    return {"mean": mean, "sd": float(d.std(ddof=1)), "n": n, "low": float(interval.low),
+            "high": float(interval.high)}
 
 
 # -------------------------------------------------------------- metrics vectorised over resamples: (R, n) -> (R,)
@@ -80,9 +85,7 @@ def _pearson(pred: np.ndarray, gold: np.ndarray) -> np.ndarray:
 
 
 def _spearman(pred: np.ndarray, gold: np.ndarray) -> np.ndarray:
-    from scipy.stats import rankdata
-
-    return _pearson(rankdata(pred, axis=1), rankdata(gold, axis=1))
+    return _pearson(stats.rankdata(pred, axis=1), stats.rankdata(gold, axis=1))
 
 
 RESAMPLED_METRICS: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {

@@ -10,7 +10,8 @@ The shape of a row is the task type's (:mod:`mtdnn.tasks.types`): ``output_width
 type with ``soft_target_pieces`` (sequence labelling, span extraction), one row per row of the tokenized split (a
 sentence, a QA window ``<question id>#<window>``) holding ``(pieces, output_width)`` logits flattened, with the
 columns ``pieces`` (the count) and ``mask`` (the label mask), and ``shape: piece`` and ``pieces`` (the digest of
-the split's pieces) in the fingerprint (:mod:`mtdnn.distillation.piece_targets`).
+the split's pieces) in the fingerprint (:mod:`mtdnn.distillation.pieces`). What a student's batch takes from the
+aligned rows is :mod:`mtdnn.distillation.batch_targets`.
 """
 
 from __future__ import annotations
@@ -23,13 +24,18 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import datasets
 import numpy as np
 import torch
 
 from ..errors import CheckpointError
 from ..fileio import default_mode, make_dir, read_json, read_yaml, tree_digest, write_json_atomic
+from ..tasks.data import load_split, tokenized_split
 from ..tasks.taskdef import TaskDef
-from .piece_targets import PieceBatchTargets, PieceOutputs, pieces_digest, piece_outputs
+from ..training.export import load_export
+from ..training.inference import predict_outputs
+from .folds import FOLD_SPLIT, fold_task
+from .pieces import PieceOutputs, pieces_digest, piece_outputs
 
 MANIFEST_FILE = "teachers.yaml"
 FINGERPRINT_FILE = "fingerprint.json"
@@ -69,8 +75,6 @@ def data_fingerprint(task: TaskDef, split: str, data_dir: Path) -> dict:
     Raises:
         DataError: see :func:`mtdnn.tasks.data.load_split`.
     """
-    from ..tasks.data import load_split
-
     raw = load_split(task, split, data_dir)
     rules = {k: v for k, v in task.to_plain().items()
              if k in ("type", "text", "candidates", "label", "labels", "on_malformed", "drop_labels")}
@@ -114,12 +118,8 @@ def member_outputs(export_dir: Path, task_name: str, split: str, data_dir: Path,
         ``(ids, outputs)``: ``outputs`` ``(examples, outputs)`` float32 in the split's row order (logits;
         regression: predictions, ``outputs = 1``; ranking: candidate scores), or for a type with per-piece soft
         targets the rows' ids (windows: ``<question id>#<window>``) and their
-        :class:`~mtdnn.distillation.piece_targets.PieceOutputs`.
+        :class:`~mtdnn.distillation.pieces.PieceOutputs`.
     """
-    from ..tasks.data import tokenized_split
-    from ..training.export import load_export
-    from ..training.inference import predict_outputs
-
     model, tokenizer, tasks = load_export(export_dir)  # in eval mode
     task = tasks[task_name]
     rows = tokenized_split(task, split, data_dir, tokenizer, max_length)
@@ -133,9 +133,7 @@ def member_outputs(export_dir: Path, task_name: str, split: str, data_dir: Path,
 def write_outputs(path: Path, ids: list[str], outputs: np.ndarray | PieceOutputs, fingerprint: dict) -> None:
     """Save ``(id, logits)`` rows with ``datasets`` and ``fingerprint.json`` to a temporary directory, then
     rename it into place (a reader sees the old cache or the new one, never half of one). Per-piece outputs
-    (:class:`~mtdnn.distillation.piece_targets.PieceOutputs`) also get the ``pieces`` and ``mask`` columns."""
-    import datasets
-
+    (:class:`~mtdnn.distillation.pieces.PieceOutputs`) also get the ``pieces`` and ``mask`` columns."""
     if isinstance(outputs, PieceOutputs):
         features = datasets.Features({"id": datasets.Value("string"), "pieces": datasets.Value("int32"),
                                       "logits": datasets.List(datasets.Value("float32")),
@@ -175,15 +173,29 @@ def read_fingerprint(path: Path) -> dict | None:
     return stored if isinstance(stored, dict) else None
 
 
+def member_fingerprints(teacher_dir: Path, task: TaskDef) -> dict[str, dict]:
+    """``{member export's encoder directory: fingerprint of its cached train outputs}`` of every member of
+    ``task`` in the teacher directory's manifest (members without a cache are left out; reading their outputs fails
+    later with its own error).
+
+    Raises:
+        CheckpointError: see :func:`read_manifest`.
+    """
+    found = {}
+    for member in read_manifest(teacher_dir)["tasks"].get(task.name, {}).get("members", []):
+        stored = read_fingerprint(logits_dir(teacher_dir, task.name, member["member"], "train"))
+        if stored is not None:
+            found[str(member_dir(teacher_dir, task.name, member["member"]) / "export" / "encoder")] = stored
+    return found
+
+
 def read_outputs(path: Path) -> tuple[list[str], np.ndarray | PieceOutputs, dict]:
     """``(ids, outputs (examples, outputs) float32, fingerprint)`` of a cache written by :func:`write_outputs`;
-    per-piece caches give :class:`~mtdnn.distillation.piece_targets.PieceOutputs` as outputs.
+    per-piece caches give :class:`~mtdnn.distillation.pieces.PieceOutputs` as outputs.
 
     Raises:
         CheckpointError: the cache is missing or damaged.
     """
-    import datasets
-
     fingerprint = read_fingerprint(path)
     if fingerprint is None:
         raise CheckpointError(f"{path}: cached teacher outputs not found (no {FINGERPRINT_FILE}); "
@@ -220,24 +232,6 @@ def align(cached_ids: list[str], outputs: np.ndarray | list, ids: list[str], sou
     if isinstance(outputs, list):
         return [outputs[position[i]] for i in ids]
     return outputs[[position[i] for i in ids]]
-
-
-class ExampleBatchTargets:
-    """The members' outputs ``(n, members, outputs)`` of a split's rows; a batch gets the rows ``batch["idx"]``."""
-
-    def __init__(self, outputs: torch.Tensor):
-        self.outputs = outputs
-
-    def for_batch(self, batch: dict) -> torch.Tensor:
-        return self.outputs[batch["idx"]]
-
-
-def batch_targets(rows: np.ndarray | list[np.ndarray]) -> ExampleBatchTargets | PieceBatchTargets:
-    """What a student's batches take their ``teacher_logits`` from: rows aligned to the training split,
-    ``(n, members, outputs)`` per example, or a list of per-piece ``(members, pieces, width)`` rows."""
-    if isinstance(rows, list):
-        return PieceBatchTargets([torch.from_numpy(np.ascontiguousarray(r, dtype=np.float32)) for r in rows])
-    return ExampleBatchTargets(torch.from_numpy(np.ascontiguousarray(rows, dtype=np.float32)))
 
 
 def teacher_outputs(teacher_dir: Path, task: TaskDef, split: str, data_dir: Path, ids: list[str],
@@ -338,8 +332,6 @@ def _out_of_fold_outputs(teacher_dir: Path, task: TaskDef, data_dir: Path, ids: 
                          cross_fit: dict) -> np.ndarray:
     """``(len(ids), members per fold, outputs)``: each example's outputs from the members of its own fold only
     (trained without it). Raises CheckpointError when an id is in no fold's cache or in more than one."""
-    from .folds import FOLD_SPLIT, fold_task
-
     by_fold: dict[int, list[int]] = {}
     for member in members:
         by_fold.setdefault(int(member["fold"]), []).append(int(member["member"]))

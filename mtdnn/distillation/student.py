@@ -32,7 +32,8 @@ from ..training.datamodule import MultiTaskDataModule
 from ..training.module import MultiTaskModule
 from ..modeling.losses import DISTILLATION_LOSSES
 from . import piece_targets
-from .soft_targets import align, batch_targets, read_manifest, teacher_outputs
+from .batch_targets import batch_targets
+from .soft_targets import align, read_manifest, teacher_outputs
 from .specs import FinetuneSpec, Spec, TeacherSpec
 from ..tasks.taskdef import TaskDef, load_task_defs, select_tasks
 from ..training.config import TrainConfig

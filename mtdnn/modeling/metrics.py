@@ -31,8 +31,8 @@ METRICS = {
     "masked_accuracy": lambda task: MaskedTokenAccuracy(),
     "masked_loss": lambda task: MaskedTokenLoss(),
     **{name: (lambda key: lambda task: TaggingScores(task.labels, key))(name) for name in TaggingScores.KEYS},
-    **{name: (lambda key: lambda task: SpanScores(key, task.qa_spec.n_best, task.qa_spec.max_answer_length))(name)
-       for name in ("exact_match", "squad_f1")},
+    **{name: (lambda key: lambda task: SpanScores((key,), task.qa_spec.n_best, task.qa_spec.max_answer_length))(name)
+       for name in SpanScores.KEYS},
 }
 """Metric name (a task type's ``metrics``, :data:`mtdnn.tasks.types.TASK_TYPES`) -> factory of the torchmetrics
 object for a task; classes are the task's ``output_width`` (labels, or candidates for ranking)."""
@@ -42,14 +42,19 @@ class TaskMetrics(MetricCollection):
     """A task's metrics that remember the order of its definition (``MetricCollection`` sorts its keys): the
     first is the selection metric."""
 
-    def __init__(self, metrics: dict):
+    def __init__(self, metrics: dict, order: list[str] | None = None):
         super().__init__(metrics)
-        self.order = list(metrics)
+        self.order = list(order or metrics)
 
 
 def build_metrics(task: TaskDef) -> TaskMetrics:
-    """The task's metrics, in the order listed in its definition (the first is the selection metric)."""
-    return TaskMetrics({name: METRICS[name](task) for name in task.metric_names})
+    """The task's metrics, in the order listed in its definition (the first is the selection metric); SQuAD EM and
+    F1 are one :class:`~mtdnn.modeling.token_metrics.SpanScores` returning the listed ones."""
+    spans = [name for name in task.metric_names if name in SpanScores.KEYS]
+    metrics = {name: METRICS[name](task) for name in task.metric_names if name not in SpanScores.KEYS}
+    if spans:
+        metrics["squad"] = SpanScores(spans, task.qa_spec.n_best, task.qa_spec.max_answer_length)
+    return TaskMetrics(metrics, task.metric_names)
 
 
 def attach_split(metrics: MetricCollection, split) -> MetricCollection:

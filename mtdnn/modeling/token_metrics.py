@@ -8,10 +8,12 @@
   ranks by ``compute()``) and only then decoded (:mod:`mtdnn.modeling.span_decoding`) and scored with SQuAD
   v1.1's EM/F1 (:mod:`mtdnn.modeling.squad_metrics`). The windows' offsets, contexts and gold answers come
   from the tokenized split given to :meth:`SpanScores.attach`; ranks that scored no window still compute the
-  same result.
+  same result. One metric returns both scores (the windows are decoded once).
 """
 
 from __future__ import annotations
+
+from typing import Sequence
 
 import torch
 from torchmetrics import Metric
@@ -20,7 +22,6 @@ from .entity_metrics import entity_counts, scores_from_counts
 from .span_decoding import decode_spans
 from .token_heads import MASKED
 from .squad_metrics import squad_scores
-
 
 
 class TaggingScores(Metric):
@@ -71,27 +72,38 @@ class TaggingScores(Metric):
 
 
 class SpanScores(Metric):
-    """SQuAD v1.1 exact match or F1 of one extractive-QA task over whole questions, as a fraction in [0, 1] (the
-    official script prints 100 times these, :func:`~mtdnn.modeling.squad_metrics.squad_scores`).
+    """SQuAD v1.1 exact match and F1 of one extractive-QA task over whole questions, as fractions in [0, 1] (the
+    official script prints 100 times these, :func:`~mtdnn.modeling.squad_metrics.squad_scores`): one metric for
+    both, since both decode the same windows once.
+
+    ``compute()`` returns ``{key: score}`` for each of ``keys``, in their order; in a ``MetricCollection`` the keys
+    are the collection's result names (torchmetrics flattens a metric's dict).
 
     Args:
-        key: ``exact_match`` or ``squad_f1``, the score ``compute()`` returns.
+        keys: the scores returned, of ``exact_match`` and ``squad_f1`` (default both, F1 first).
         n_best: spans kept per question (the answer is the best).
         max_answer_length: the longest answer, in pieces.
+
+    Raises:
+        ValueError: a key that is neither ``exact_match`` nor ``squad_f1``, or no key.
     """
 
+    KEYS = {"exact_match": "exact_match", "squad_f1": "f1"}  # metric name -> squad_scores key
     full_state_update = False
 
-    def __init__(self, key: str = "squad_f1", n_best: int = 20, max_answer_length: int = 30, **kwargs):
+    def __init__(self, keys: Sequence[str] = ("squad_f1", "exact_match"), n_best: int = 20,
+                 max_answer_length: int = 30, **kwargs):
         super().__init__(**kwargs)
-        self.key = key
+        self.keys = tuple(keys)
+        if not self.keys or any(k not in self.KEYS for k in self.keys):
+            raise ValueError(f"SpanScores keys {self.keys}: expected one or both of {', '.join(self.KEYS)}")
         self.n_best, self.max_answer_length = n_best, max_answer_length
         self.split = None
         self.decoded: dict = {}
-        # 1-d float states on every rank (torchmetrics gathers 1-d tensors of any length, even empty ones), named
-        # after the key so that EM and F1 never share a compute group (see TaggingScores)
+        # 1-d float states on every rank (torchmetrics gathers 1-d tensors of any length, even empty ones); one
+        # SpanScores per task, its states named apart from other metrics' so that none shares its compute group
         for name in ("windows", "lengths", "logits"):
-            self.add_state(f"{key}_{name}", default=[], dist_reduce_fx="cat")
+            self.add_state(f"span_{name}", default=[], dist_reduce_fx="cat")
 
     def attach(self, split) -> "SpanScores":
         """The tokenized split whose windows are scored (its ``offset_start``, ``offset_end``, ``example_id``,
@@ -100,7 +112,7 @@ class SpanScores(Metric):
         return self
 
     def _state(self, name: str):
-        return getattr(self, f"{self.key}_{name}")
+        return getattr(self, f"span_{name}")
 
     def update(self, logits: torch.Tensor, labels: torch.Tensor, weight: torch.Tensor) -> None:
         """Keep each real window's start/end logits.
@@ -146,13 +158,13 @@ class SpanScores(Metric):
                             [features["example_id"][w] for w in chosen], contexts, self.n_best,
                             self.max_answer_length)
 
-    def compute(self) -> torch.Tensor:
-        """``key`` (EM or F1) over every question of the attached split (states gathered from every rank first); also
-        sets :attr:`decoded`, the question id -> prediction of the gathered windows."""
+    def compute(self) -> dict[str, torch.Tensor]:
+        """``{key: score}`` (float64 scalars; EM and/or F1) over every question of the attached split (states gathered
+        from every rank first); also sets :attr:`decoded`, the question id -> prediction of the gathered windows."""
         self.decoded = self.predictions()
         predicted = {qid: p.text for qid, p in self.decoded.items()}
         features = self.split.features
         gold = {features["example_id"][w]: features["answers"][w] for w in range(len(self.split))}
         scores = squad_scores(predicted, gold)
-        # as a fraction, on the scale of the other tasks' metrics in the dev average (the official script: x 100)
-        return torch.tensor(scores["exact_match" if self.key == "exact_match" else "f1"] / 100.0, dtype=torch.float64)
+        # as fractions, on the scale of the other tasks' metrics in the dev average (the official script: x 100)
+        return {key: torch.tensor(scores[self.KEYS[key]] / 100.0, dtype=torch.float64) for key in self.keys}

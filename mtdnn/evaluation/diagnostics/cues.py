@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from ...errors import ConfigError
+from ...tables import markdown_table
 from ...tasks.data import Example, load_split
 from ...tasks.taskdef import TaskDef
 
@@ -248,12 +249,12 @@ def cue_statistics(task: TaskDef, splits: Iterable[str], data_dir: Path, setting
     return result
 
 
-def _row(stat: dict, kind: str, label: str | None = None) -> str:
+def _row(stat: dict, kind: str, label: str | None = None) -> list[str]:
     cells = [f"`{stat['cue']}`", str(stat["applicability"]), f"{stat['productivity']:.3f}", f"{stat['coverage']:.3f}"]
     if kind == "hypothesis":
         pmi = stat["pmi"][label or stat["label"]]
         cells += [stat["label"], "-inf" if pmi is None else f"{pmi:.3f}"]
-    return "| " + " | ".join(cells) + " |"
+    return cells
 
 
 def format_cue_tables(result: dict) -> str:
@@ -264,27 +265,26 @@ def format_cue_tables(result: dict) -> str:
     lines += [f"- **{name}**: {text}" for name, text in result["definitions"].items()]
     if result["settings"]["negation_as_not"]:
         lines.append("- the contraction `n't` is counted as the cue `not`")
-    header = "| cue | applicability | productivity | coverage |"
-    rule = "|---|---:|---:|---:|"
+    header, align = ["cue", "applicability", "productivity", "coverage"], "lrrr"
     by_label = header
     if kind == "hypothesis":
-        header, rule = header + " label | PMI with label |", rule + "---|---:|"
-        by_label = by_label + " label | PMI with the table's label |"
+        header, align = header + ["label", "PMI with label"], align + "lr"
+        by_label = by_label + ["label", "PMI with the table's label"]
     settings = result["settings"]
     for split, entry in result["splits"].items():
         for ngram in ("unigram", "bigram"):
             table = entry[ngram]
             lines += ["", f"**{split}** (n = {entry['n']}), {ngram} cues, top {settings['top']} by productivity "
-                      f"(applicability >= {settings['min_applicability']}):", "", header, rule]
-            lines += [_row(s, kind) for s in table["top"]]
+                      f"(applicability >= {settings['min_applicability']}):", ""]
+            lines += markdown_table(header, [_row(s, kind) for s in table["top"]], align)
             for label, rows in table.get("top_by_label", {}).items():
                 lines += ["", f"**{split}**, {ngram} cues of label `{label}`, top {settings['top']} by PMI "
-                          f"(smoothing {settings['smoothing']:g}):", "", by_label, rule]
-                lines += [_row(s, kind, label) for s in rows]
+                          f"(smoothing {settings['smoothing']:g}):", ""]
+                lines += markdown_table(by_label, [_row(s, kind, label) for s in rows], align)
             selected = [(c, s) for c, s in table["selected"].items()]
             if selected:
-                lines += ["", f"**{split}**, named {ngram} cues:", "", header, rule]
-                for cue, stat in selected:
-                    lines.append(_row(stat, kind) if stat else f"| `{cue}` | 0 | - | 0.000 |"
-                                 + (" - | - |" if kind == "hypothesis" else ""))
+                lines += ["", f"**{split}**, named {ngram} cues:", ""]
+                absent = ["0", "-", "0.000"] + (["-", "-"] if kind == "hypothesis" else [])  # a cue never seen
+                lines += markdown_table(header, [_row(stat, kind) if stat else [f"`{cue}`"] + absent
+                                                 for cue, stat in selected], align)
     return "\n".join(lines) + "\n"

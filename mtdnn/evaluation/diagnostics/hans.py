@@ -1,19 +1,11 @@
 """HANS (McCoy et al. 2019, "Right for the Wrong Reasons", arXiv 1902.01007): does an NLI model lean on the
 lexical-overlap, subsequence and constituent heuristics?
 
-    HANS file --open_hans--> HansFile (layout checked; rows streamed) --score_hans(predict, batch_size)-->
+    HANS file --open_hans (hans_file)--> HansFile (layout checked; rows streamed) --score_hans(predict, batch_size)-->
     counts per (heuristic, subcase, gold label) --summarise--> accuracy per heuristic x gold label, per
     subcase, overall --write_hans_outputs--> diagnose-hans.json + hans.png (grouped bars)
 
-Two layouts are read:
-
-- **released** (the HANS repository's ``heuristics_evaluation_set.txt``): one tab-separated file whose header
-  names ``gold_label``, ``sentence1``, ``sentence2``, ``heuristic``, ``subcase`` (other columns are ignored); read
-  by column name. A ``gold_label`` other than ``entailment`` / ``non-entailment`` is refused with its line.
-- **sample** (``hans/sample/hans_sample600.txt`` in the shared data): no header, ``sentence1, sentence2, label``
-  with 0 = entailment and 1 = non-entailment, and beside it ``<name>_index.tsv`` (header ``row, pairID, block,
-  heuristic_inferred, subcase_inferred, label``), one line per pair in the same order. Its heuristic and subcase
-  were inferred from the order of the 30 blocks of 1,000 rows; the JSON says so (``heuristic_source``).
+The two layouts read (released, sample) are described in :mod:`.hans_file`.
 
 Predictions of a 3-class head count neutral and contradiction as non-entailment, as in the paper (section 4);
 the mapping of a task's labels comes from their names or from ``--label-map``. Rows are read, tokenized and
@@ -22,25 +14,20 @@ scored one batch at a time, so the 30,000-row HANS set takes the memory of one b
 
 from __future__ import annotations
 
-import csv
 import re
 import sys
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Sequence
 
-from ...errors import ConfigError, DataError
+from ...errors import ConfigError
 from ...fileio import write_json_atomic
+from ...tables import markdown_table
 from ...tasks.taskdef import TaskDef
+from .outputs import claim_diagnose_dir
+from .plots import grouped_bars
+from .hans_file import ENTAILMENT, GOLD_LABELS, HEURISTICS, NON_ENTAILMENT, HansExample, HansFile
 
-HEURISTICS = ("lexical_overlap", "subsequence", "constituent")
-ENTAILMENT, NON_ENTAILMENT = "entailment", "non-entailment"
-GOLD_LABELS = (ENTAILMENT, NON_ENTAILMENT)
-DEFAULT_HANS = "hans/sample/hans_sample600.txt"
-RELEASED_COLUMNS = ("gold_label", "sentence1", "sentence2", "heuristic", "subcase")
-INDEX_COLUMNS = ("row", "pairID", "block", "heuristic_inferred", "subcase_inferred", "label")
-SAMPLE_LABELS = {"0": ENTAILMENT, "1": NON_ENTAILMENT}
 # Label names whose meaning is plain (lower-cased); anything else needs --label-map.
 KNOWN_LABELS = {"entailment": ENTAILMENT, "entails": ENTAILMENT, "entailed": ENTAILMENT,
                 "non-entailment": NON_ENTAILMENT, "non_entailment": NON_ENTAILMENT,
@@ -48,145 +35,8 @@ KNOWN_LABELS = {"entailment": ENTAILMENT, "entails": ENTAILMENT, "entailed": ENT
                 "neutral": NON_ENTAILMENT, "contradiction": NON_ENTAILMENT}
 
 
-@dataclass(frozen=True)
-class HansExample:
-    """One HANS pair: premise, hypothesis, gold label (entailment or non-entailment), heuristic, subcase and
-    the 1-based line of the data file it came from."""
-
-    premise: str
-    hypothesis: str
-    gold: str
-    heuristic: str
-    subcase: str
-    line: int
-
-
 Predictor = Callable[[Sequence[HansExample]], list[str]]
 """Maps a batch of examples to one prediction each, ``entailment`` or ``non-entailment``."""
-
-
-# ------------------------------------------------------------------------------------------------ reading
-
-
-@dataclass(frozen=True)
-class HansFile:
-    """A checked HANS file; iterating it streams :class:`HansExample` rows (the file is never read whole).
-
-    ``layout``: ``released`` or ``sample``; ``index``: the sample's index file; ``heuristic_source``: where the
-    heuristic and subcase of each row come from, in words.
-    """
-
-    path: Path
-    layout: str
-    index: Path | None = None
-
-    @property
-    def heuristic_source(self) -> str:
-        if self.layout == "released":
-            return "the file's heuristic and subcase columns"
-        return (f"inferred from block order: columns heuristic_inferred and subcase_inferred of {self.index} "
-                "(each block of 1,000 rows of the full set is one subcase)")
-
-    def __iter__(self) -> Iterator[HansExample]:
-        return self._released() if self.layout == "released" else self._sample()
-
-    def _released(self) -> Iterator[HansExample]:
-        with self.path.open(encoding="utf-8-sig", newline="") as f:
-            reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
-            columns = [c.strip() for c in next(reader)]
-            where = {name: columns.index(name) for name in RELEASED_COLUMNS}
-            for record in reader:
-                line = reader.line_num
-                if not record or all(not v.strip() for v in record):
-                    continue
-                if len(record) != len(columns):
-                    raise DataError(f"{self.path}: line {line}: expected {len(columns)} tab-separated fields "
-                                    f"(found {len(record)})")
-                gold = record[where["gold_label"]].strip()
-                if gold not in GOLD_LABELS:
-                    raise DataError(f"{self.path}: line {line}: field 'gold_label': {gold!r} is not "
-                                    f"{ENTAILMENT} or {NON_ENTAILMENT}")
-                yield HansExample(record[where["sentence1"]], record[where["sentence2"]], gold,
-                                  record[where["heuristic"]].strip(), record[where["subcase"]].strip(), line)
-
-    def _sample(self) -> Iterator[HansExample]:
-        assert self.index is not None
-        with self.path.open(encoding="utf-8-sig", newline="") as data, \
-                self.index.open(encoding="utf-8-sig", newline="") as index:
-            rows = csv.reader(data, delimiter="\t", quoting=csv.QUOTE_NONE)
-            entries = csv.DictReader(index, delimiter="\t", quoting=csv.QUOTE_NONE)
-            for record in rows:
-                line = rows.line_num
-                if not record or all(not v.strip() for v in record):
-                    continue
-                if len(record) != 3:
-                    raise DataError(f"{self.path}: line {line}: expected 3 tab-separated fields (sentence1, "
-                                    f"sentence2, label) (found {len(record)})")
-                label = record[2].strip()
-                if label not in SAMPLE_LABELS:
-                    raise DataError(f"{self.path}: line {line}: field 'label': {label!r} is not 0 (entailment) "
-                                    "or 1 (non-entailment)")
-                entry = next(entries, None)
-                if entry is None:
-                    raise DataError(f"{self.index}: has fewer rows than {self.path} (none for its line {line})")
-                if entry["label"].strip() != SAMPLE_LABELS[label]:
-                    raise DataError(f"{self.index}: line {entries.line_num}: field 'label': {entry['label']!r} does "
-                                    f"not match {self.path} line {line} (label {label} = {SAMPLE_LABELS[label]})")
-                yield HansExample(record[0], record[1], SAMPLE_LABELS[label], entry["heuristic_inferred"].strip(),
-                                  entry["subcase_inferred"].strip(), line)
-            if next(entries, None) is not None:
-                raise DataError(f"{self.index}: has more rows than {self.path}")
-
-
-def _first_record(path: Path) -> list[str]:
-    try:
-        with path.open(encoding="utf-8-sig", newline="") as f:
-            for record in csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE):
-                if record and any(v.strip() for v in record):
-                    return [v.strip() for v in record]
-    except OSError as err:
-        raise DataError(f"{path}: cannot read the HANS file ({err.strerror})") from None
-    except UnicodeDecodeError:
-        raise DataError(f"{path}: not UTF-8 text") from None
-    raise DataError(f"{path}: the HANS file is empty")
-
-
-def open_hans(path: str | Path, index: str | Path | None = None) -> HansFile:
-    """Check a HANS file's layout (see the module docstring) from its first line, without reading it all.
-
-    Args:
-        path: a released HANS file (with a header) or a headerless sample file.
-        index: the sample's index file; by default ``<stem>_index.tsv`` beside ``path``.
-
-    Raises:
-        DataError: the file is missing or empty, a released file lacks one of ``gold_label``, ``sentence1``,
-            ``sentence2``, ``heuristic``, ``subcase``, the first line is neither a header nor a sample row, or a
-            sample file has no index (or the index lacks a column).
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"{path}: HANS file not found (--hans)")
-    first = _first_record(path)
-    if "gold_label" in first or "sentence1" in first:
-        missing = [c for c in RELEASED_COLUMNS if c not in first]
-        if missing:
-            raise DataError(f"{path}: column {', '.join(repr(c) for c in missing)} is not in the header (columns: "
-                            f"{', '.join(first)}); a released HANS file names {', '.join(RELEASED_COLUMNS)}")
-        return HansFile(path, "released")
-    if len(first) == 3 and first[2] in SAMPLE_LABELS:
-        index = Path(index) if index else path.with_name(f"{path.stem}_index.tsv")
-        if not index.is_file():
-            raise DataError(f"{path}: a headerless HANS file (sentence1, sentence2, label) needs its index {index} "
-                            "for each row's heuristic and subcase (give --hans-index), or use a released HANS file "
-                            "with heuristic and subcase columns")
-        header = _first_record(index)
-        missing = [c for c in INDEX_COLUMNS if c not in header]
-        if missing:
-            raise DataError(f"{index}: column {', '.join(repr(c) for c in missing)} is not in the header (columns: "
-                            f"{', '.join(header)}; expected {', '.join(INDEX_COLUMNS)})")
-        return HansFile(path, "sample", index)
-    raise DataError(f"{path}: line 1 is neither a released HANS header (naming {', '.join(RELEASED_COLUMNS)}) nor "
-                    f"a sample row (sentence1, sentence2, 0 or 1); found {len(first)} fields: {first[:4]}")
 
 
 # ------------------------------------------------------------------------------------------------ label mapping
@@ -281,6 +131,7 @@ def model_predictor(loaded, task: TaskDef, mapping: dict[str, str], device: str 
     Each call tokenizes only its batch (as ``mtdnn.predict`` tokenizes raw input: premise, hypothesis, the run's
     max length), scores it with the task's head and maps the arg-max label through ``mapping``.
     """
+    # in the function: scoring with --rule, and reading HANS files, import no torch
     from ...tasks.data import Example, tokenize_examples
     from ...training.inference import predict_outputs
 
@@ -367,25 +218,20 @@ def summarise(counts: Counter) -> dict:
 
 def format_hans_table(summary: dict) -> str:
     """Markdown: accuracy per heuristic (rows) x gold label (columns), then per subcase."""
-    lines = ["| heuristic | entailment | non-entailment | all |", "|---|---:|---:|---:|"]
     fmt = lambda c: "-" if c["accuracy"] is None else f"{c['accuracy']:.3f} ({c['n']})"  # noqa: E731
-    for h, cells in summary["by_heuristic"].items():
-        lines.append(f"| {h} | {fmt(cells[ENTAILMENT])} | {fmt(cells[NON_ENTAILMENT])} | {fmt(cells['all'])} |")
-    lines.append(f"| **overall** | | | {fmt(summary['overall'])} |")
-    lines += ["", "| subcase | heuristic | gold | accuracy (n) |", "|---|---|---|---:|"]
-    for subcase, cell in summary["by_subcase"].items():
-        lines.append(f"| {subcase} | {cell['heuristic']} | {cell['gold']} | {fmt(cell)} |")
+    rows = [[h, fmt(cells[ENTAILMENT]), fmt(cells[NON_ENTAILMENT]), fmt(cells["all"])]
+            for h, cells in summary["by_heuristic"].items()]
+    rows.append(["**overall**", None, None, fmt(summary["overall"])])
+    lines = markdown_table(["heuristic", ENTAILMENT, NON_ENTAILMENT, "all"], rows, align="lrrr") + [""]
+    lines += markdown_table(["subcase", "heuristic", "gold", "accuracy (n)"],
+                            [[subcase, cell["heuristic"], cell["gold"], fmt(cell)]
+                             for subcase, cell in summary["by_subcase"].items()], align="lllr")
     return "\n".join(lines) + "\n"
 
 
 def write_hans_outputs(result: dict, output_dir: str | Path, stem: str = "diagnose-hans") -> dict[str, Path]:
     """Write ``<stem>.json`` (``result``) and ``<stem>.png`` (grouped bars: heuristic x gold label) atomically."""
-    from .outputs import claim_diagnose_dir
-
-    output_dir = claim_diagnose_dir(output_dir)
-    from .plots import grouped_bars
-
-    output_dir = Path(output_dir)
+    output_dir = Path(claim_diagnose_dir(output_dir))
     by_heuristic = result["summary"]["by_heuristic"]
     groups = list(by_heuristic)
     series = {gold: [by_heuristic[h][gold]["accuracy"] for h in groups] for gold in GOLD_LABELS}

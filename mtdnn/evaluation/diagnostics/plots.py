@@ -1,4 +1,5 @@
-"""Grouped bar charts for the diagnostics (matplotlib, Agg backend: no display needed), written atomically."""
+"""Grouped bar charts for the diagnostics, written atomically: a ``matplotlib.figure.Figure`` of its own (no pyplot, no
+global backend switch; ``savefig`` renders a PNG with the Agg canvas, so no display is needed)."""
 
 from __future__ import annotations
 
@@ -22,14 +23,12 @@ def grouped_bars(path: str | Path, groups: Sequence[str], series: dict[str, Sequ
         errors: legend name -> one standard deviation per group (error bars), optional.
         reference: (name, y) of a dashed horizontal line, e.g. ("chance", 0.5).
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # in the function: diagnostics that draw nothing never import matplotlib
 
     path = Path(path)
     width = 0.8 / max(len(series), 1)
-    fig, ax = plt.subplots(figsize=(max(4.0, 1.4 * len(groups) * max(len(series), 1) * 0.6 + 2), 3.6))
+    fig = Figure(figsize=(max(4.0, 1.4 * len(groups) * max(len(series), 1) * 0.6 + 2), 3.6))
+    ax = fig.subplots()
     for s, (name, values) in enumerate(series.items()):
         xs = [g + (s - (len(series) - 1) / 2) * width for g in range(len(groups))]
         heights = [v if v is not None else 0.0 for v in values]
@@ -57,6 +56,5 @@ def grouped_bars(path: str | Path, groups: Sequence[str], series: dict[str, Sequ
         os.chmod(tmp, default_mode())
         os.replace(tmp, path)
     finally:
-        plt.close(fig)
         Path(tmp).unlink(missing_ok=True)
     return path

@@ -55,8 +55,8 @@ def _link(path: Path, root: Path) -> str:
 
 
 def _hans_section(loaded, name: str, inputs: ReportInputs, out: Path) -> list[str]:
-    from .hans import entailment_label_map, format_hans_table, hans_diagnosis, model_predictor, open_hans
-    from .hans import write_hans_outputs
+    from .hans import entailment_label_map, format_hans_table, hans_diagnosis, model_predictor, write_hans_outputs
+    from .hans_file import open_hans
 
     task = loaded.tasks[name]
     try:

@@ -10,6 +10,7 @@ import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
+from ...tables import markdown_table
 from ...tasks.taskdef import TaskDef
 from .encoders import Encoder
 from .settings import TransferSettings
@@ -39,14 +40,10 @@ def render_markdown(report: dict) -> str:
     lines.append(f"{metric.capitalize()} (%) on the `{evaluation['split']}` split ({evaluation['examples']} examples), "
                  f"after fine-tuning on n examples of the `{pool['split']}` split ({pool['examples']} examples); "
                  f"{spread}.")
-    lines += ["", "| encoder | " + " | ".join(f"n = {s['n_examples']} ({100 * s['fraction_of_pool']:.3g}% of pool)"
-                                              for s in sizes) + " |",
-              "|---|" + "---:|" * len(sizes)]
-    for enc in report["encoders"]:
-        cells = []
-        for row in report["results"][enc["label"]]:
-            cells.append(_pct(row["mean"]) + (f" ± {_pct(row['std'])}" if row["std"] is not None else ""))
-        lines.append(f"| {enc['label']} | " + " | ".join(cells) + " |")
+    rows = [[enc["label"]] + [_pct(row["mean"]) + (f" ± {_pct(row['std'])}" if row["std"] is not None else "")
+                              for row in report["results"][enc["label"]]] for enc in report["encoders"]]
+    lines += [""] + markdown_table(["encoder"] + [f"n = {s['n_examples']} ({100 * s['fraction_of_pool']:.3g}% of pool)"
+                                                  for s in sizes], rows, align="l" + "r" * len(sizes))
     lines += ["", "## Set-up", ""]
     lines.append(f"- Task `{report['task']}` from `{report['task_defs']}`"
                  + (f": {report['description']}" if report.get("description") else "."))
@@ -59,20 +56,20 @@ def render_markdown(report: dict) -> str:
                  "subsets lie inside larger ones and every encoder sees the same examples. Fractions are of the pool.")
     lines.append(f"- Hyper-parameters, the same for every encoder: {report['settings']['description']}; max length "
                  f"{report['max_length']} tokens; training seed = seed index.")
-    lines += ["", "| encoder | kind | source | head | trained on |", "|---|---|---|---|---|"]
+    rows = []
     for enc in report["encoders"]:
         trained = ", ".join(f"{name} (`{info['train']}`)" if info.get("train") else name
                             for name, info in enc["trained_on"].items()) or "-"
-        lines.append(f"| {enc['label']} | {enc['kind']} | `{enc['spec']}` | {enc['head']} | {trained} |")
+        rows.append([enc["label"], enc["kind"], f"`{enc['spec']}`", enc["head"], trained])
+    lines += [""] + markdown_table(["encoder", "kind", "source", "head", "trained on"], rows)
     if report["notes"]:
         lines += ["", "## Notes", ""] + [f"- {note}" for note in report["notes"]]
-    lines += ["", f"## {metric.capitalize()} per seed (%)", "",
-              "| encoder | n | " + " | ".join(f"seed {s}" for s in seeds) + " | train s (mean) |",
-              "|---|---:|" + "---:|" * (len(seeds) + 1)]
-    for enc in report["encoders"]:
-        for row in report["results"][enc["label"]]:
-            lines.append(f"| {enc['label']} | {row['n_examples']} | " + " | ".join(_pct(v) for v in row["accuracies"])
-                         + f" | {statistics.fmean(row['train_seconds']):.0f} |")
+    lines += ["", f"## {metric.capitalize()} per seed (%)", ""]
+    rows = [[enc["label"], str(row["n_examples"])] + [_pct(v) for v in row["accuracies"]]
+            + [f"{statistics.fmean(row['train_seconds']):.0f}"]
+            for enc in report["encoders"] for row in report["results"][enc["label"]]]
+    lines += markdown_table(["encoder", "n"] + [f"seed {s}" for s in seeds] + ["train s (mean)"], rows,
+                            align="lr" + "r" * (len(seeds) + 1))
     return "\n".join(lines) + "\n"
 
 
@@ -82,13 +79,13 @@ def plot_learning_curve(report: dict, path: Path) -> None:
     Error bars are one sample standard deviation over seeds, drawn only when there is one (two or more seeds).
     Written to a temporary file beside ``path`` and renamed into place.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    # in the function: a sweep imports matplotlib only to draw; a Figure of its own (no pyplot, no global backend
+    # switch), whose savefig renders the PNG with the Agg canvas
+    from matplotlib.figure import Figure
     from matplotlib.ticker import FixedLocator, NullLocator
 
-    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    fig = Figure(figsize=(6.4, 4.4))
+    ax = fig.subplots()
     count = len(report["encoders"])
     for i, enc in enumerate(report["encoders"]):
         rows = report["results"][enc["label"]]
@@ -118,8 +115,6 @@ def plot_learning_curve(report: dict, path: Path) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    finally:
-        plt.close(fig)
 
 
 def build_report(task: TaskDef, args: TransferSpec, settings: TransferSettings, encoders: list[Encoder], records: dict,
