@@ -103,17 +103,17 @@ def test_ranks_under_lightnings_launcher(no_launcher):
     assert not is_global_zero(devices=2, num_nodes=2)
 
 
-def test_trainer_reexports_is_global_zero():
-    from mtdnn.training import ranks, trainer
+def test_resolve_reexports_is_global_zero():
+    from mtdnn.training import ranks, resolve
 
-    assert trainer.is_global_zero is ranks.is_global_zero
+    assert resolve.is_global_zero is ranks.is_global_zero
 
 
 # Each process counts its own calls of the run-directory preparation and config.yaml writing, then runs the command.
 COUNTING_MAIN = """
 import os, sys, runpy
 from pathlib import Path
-import mtdnn.training.runs as runs, mtdnn.training.trainer as trainer
+import mtdnn.training.runs as runs, mtdnn.training.pipeline as pipeline
 record = Path(os.environ["WRITERS_FILE"])
 def counted(name, fn):
     def wrapper(*args, **kwargs):
@@ -122,7 +122,7 @@ def counted(name, fn):
         return fn(*args, **kwargs)
     return wrapper
 runs.prepare_run_dir = counted("prepare_run_dir", runs.prepare_run_dir)
-trainer.write_yaml_atomic = counted("write_config", trainer.write_yaml_atomic)
+pipeline.write_yaml_atomic = counted("write_config", pipeline.write_yaml_atomic)
 sys.argv = ["mtdnn.train", *sys.argv[1:]]
 runpy.run_module("mtdnn.train", run_name="__main__")
 """

@@ -595,3 +595,106 @@ def test_paired_comparison_runs_both_arms_seed_for_seed(world, capsys):
                                str(world["base"] / "paired-1")])
     assert exit_info.value.code == 2 and "at least 2 seeds" in capsys.readouterr().err
     assert not (world["base"] / "paired-1").exists()
+
+
+# ------------------------------------------------------------------------------ one pipeline (issue 25, part 1)
+
+
+class Reached(Exception):
+    """Raised by the patched pipeline.execute: the path got there, with its plan."""
+
+
+def test_teacher_members_and_the_student_reach_the_pipelines_execute(world, monkeypatch):
+    from mtdnn.distillation.specs import TeacherSpec, load_spec
+    from mtdnn.distillation.student import StudentSpec, distill
+    from mtdnn.training import pipeline
+
+    plans = []
+
+    def execute(plan, callbacks=None):
+        plans.append(plan)
+        raise Reached(plan.document["resolved"]["command"])
+
+    monkeypatch.setattr(pipeline, "execute", execute)
+    spec = load_spec(world["teacher_spec"], TeacherSpec, "teacher")
+    with pytest.raises(Reached, match="train"):
+        teachers.build(spec, "spec", world["data"], output_dir=str(world["base"] / "pipeline-teachers"))
+    student = load_spec(student_spec(world, "pipeline-student"), StudentSpec, "student")
+    with pytest.raises(Reached, match="distill"):
+        distill(student, "spec", data_dir=world["data"])
+    member, trained = plans
+    assert member.config.tasks == ["rte"] and member.config.init_from == str(world["mt_run"].resolve())
+    assert type(trained.module).__name__ == "DistillationModule" and trained.config.max_epochs == 1
+    assert not (world["base"] / "pipeline-student").exists()  # planning creates nothing
+
+
+def test_a_student_too_long_for_its_encoder_exits_2_before_anything_is_written(world, capsys):
+    from mtdnn import distill
+
+    spec = student_spec(world, "too-long", train={"max_epochs": 1, "max_length": 1024})
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(distill.main, [spec, "--data-dir", str(world["data"]), "--accelerator", "cpu"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "max length 1024" in err and "512 positions" in err, err
+    assert not (world["base"] / "too-long").exists()
+
+
+def test_an_interrupted_student_resumes_to_the_metrics_of_an_uninterrupted_one(world, monkeypatch, capsys):
+    """SIGTERM mid-epoch, --resume, and metrics.json equals an uninterrupted run's exactly (deterministic)."""
+    from mtdnn import distill
+
+    common = ["--data-dir", str(world["data"]), "--accelerator", "cpu"]
+    train = {"max_epochs": 2, "batch_size": 16, "lr": 1.0e-3, "limit_train_examples": 64, "deterministic": True}
+    whole = student_spec(world, "student-whole", train=train)
+    assert distill.main([whole, *common]) == 0
+    cut = student_spec(world, "student-cut", train=train)
+    monkeypatch.setenv("MTDNN_FAULT_AT_STEP", "3")  # mid-epoch 1 (4 batches of 2 tasks' 64 + 64 rows: 8 per epoch)
+    assert distill.main([cut, *common]) == 143
+    monkeypatch.delenv("MTDNN_FAULT_AT_STEP")
+    run = world["base"] / "student-cut"
+    assert (run / "checkpoints" / "last.ckpt").is_file() and not (run / "metrics.json").exists()
+    capsys.readouterr()
+    # without --resume or --overwrite the interrupted run is refused and left as it is
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(distill.main, [cut, *common])
+    assert exit_info.value.code == 2 and "interrupted run" in capsys.readouterr().err
+    assert (run / "checkpoints" / "last.ckpt").is_file()
+    assert distill.main([cut, *common, "--resume"]) == 0
+    a, b = (json.loads((world["base"] / n / "metrics.json").read_text()) for n in ("student-whole", "student-cut"))
+    assert a["epochs"] == b["epochs"] and len(a["epochs"]) == 2
+    assert (run / "report.md").is_file()
+
+
+def test_a_complete_arm_is_reused_only_for_the_same_settings(world, capsys):
+    from mtdnn import distill
+
+    spec = student_spec(world, "paired", init={"encoder": "multitask"}, distill=["rte"],
+                        train={"max_epochs": 1, "batch_size": 16, "lr": 1.0e-3, "limit_train_examples": 32, "seed": 7})
+    out = world["base"] / "paired-reuse"
+    args = [spec, "--seeds", "2", "--bootstrap-resamples", "50", "--data-dir", str(world["data"]),
+            "--accelerator", "cpu", "--output-dir", str(out)]
+    assert distill.main(args) == 0
+    stamp = (out / "seed-7" / "distilled" / "metrics.json").stat().st_mtime_ns
+    assert distill.main(args) == 0  # the same comparison: every arm reused
+    assert (out / "seed-7" / "distilled" / "metrics.json").stat().st_mtime_ns == stamp
+    changed = student_spec(world, "paired", init={"encoder": "multitask"}, distill=["rte"], temperature=4.0,
+                           train={"max_epochs": 1, "batch_size": 16, "lr": 1.0e-3, "limit_train_examples": 32,
+                                  "seed": 7})
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        run_cli(distill.main, [changed, *args[1:]])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "distilled arm of seed 7" in err and "student.temperature" in err, err
+
+
+def test_member_records_written_before_the_schema_moved_still_match():
+    """A real member record of the issue-30 campaign (written at 6055bfe): its finetune settings are what the
+    shipped spec gives today, so the member is not reported built differently."""
+    from mtdnn.distillation.specs import TeacherSpec, finetune_record, load_spec
+
+    record = json.loads((ROOT / "tests" / "fixtures" / "member-record-6055bfe.json").read_text())
+    spec = load_spec(ROOT / "teachers" / "nli-oof.yaml", TeacherSpec, "teacher")
+    assert finetune_record(spec.finetune) == record["finetune"]
+    assert teachers._first_difference(record["finetune"], finetune_record(spec.finetune)) is None
+    longer = spec.model_copy(update={"finetune": type(spec.finetune).model_validate({"max_epochs": 2, "max_steps": 5})})
+    assert finetune_record(longer.finetune) == {**record["finetune"], "max_steps": 5}  # a new field: recorded

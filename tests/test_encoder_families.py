@@ -191,7 +191,7 @@ def test_the_run_log_says_which_pooling_was_chosen(encoders, caplog):
 
     from mtdnn.modeling.model import MultiTaskModel, load_encoder
     from mtdnn.tasks.taskdef import parse_tasks
-    from mtdnn.training.trainer import log_pooling
+    from mtdnn.training.resolve import log_pooling
 
     body = {"type": "classification", "text": ["a"], "label": "y", "labels": ["no", "yes"],
             "splits": {"train": {"path": "x"}}}

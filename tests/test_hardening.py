@@ -329,7 +329,7 @@ def test_predict_says_what_it_scores(export_dir, capsys):
 def test_limited_runs_get_their_own_directory_and_are_named_when_used(tmp_path, caplog):
     from mtdnn.distillation.teachers import warn_if_limited
     from mtdnn.fileio import write_yaml_atomic
-    from mtdnn.training.trainer import default_output_dir
+    from mtdnn.training.resolve import default_output_dir
 
     assert str(default_output_dir("task_defs/glue.yaml", ["rte", "mrpc"], 42)) == "runs/glue-rte-mrpc-seed42"
     assert str(default_output_dir("glue.yaml", ["rte"], 42, 100)) == "runs/glue-rte-seed42-limited-train100"

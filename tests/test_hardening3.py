@@ -310,7 +310,7 @@ def test_output_names_over_255_bytes_exit_2(tmp_path, tiny_encoder, export_dir, 
 
 
 def test_default_run_names_of_many_tasks_stay_within_255_bytes():
-    from mtdnn.training.trainer import default_output_dir
+    from mtdnn.training.resolve import default_output_dir
 
     tasks = [f"task_number_{i:03d}" for i in range(100)]
     name = default_output_dir("task_defs/glue.yaml", tasks, 42).name

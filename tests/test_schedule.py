@@ -117,7 +117,7 @@ def test_no_group_by_length_flag_reaches_the_sampler(tmp_path):
     """--no-group-by-length (TrainConfig.group_by_length) gives random batches, as a Hugging Face Trainer does."""
     from mtdnn.cli.train import build_parser, config_from_args
     from mtdnn.training.datamodule import MultiTaskDataModule
-    from mtdnn.training.trainer import datamodule_for
+    from mtdnn.training.resolve import datamodule_for
 
     for flags, expected in [([], True), (["--no-group-by-length"], False), (["--group-by-length"], True)]:
         config = config_from_args(build_parser().parse_args(["task_defs/glue.yaml", "--output-dir", str(tmp_path / "run"), "--data-dir", str(tmp_path),

@@ -87,7 +87,7 @@ def test_complete_run_is_refused_without_overwrite(two_task_run, data_dir, tiny_
 def test_init_from_copies_encoder_and_matching_heads(two_task_run, data_dir, tmp_path):
     from mtdnn.training.export import load_export
     from mtdnn.training.module import MultiTaskModule
-    from mtdnn.training.trainer import copy_matching_heads
+    from mtdnn.training.resolve import copy_matching_heads
 
     model, _, tasks = load_export(two_task_run / "export")
     fresh = MultiTaskModule(str(two_task_run / "export" / "encoder"), {n: t.to_plain() for n, t in tasks.items()})

@@ -6,9 +6,6 @@ import argparse
 import logging
 import math
 
-LIGHTNING_FIELDS = ("accelerator", "devices", "strategy", "num_nodes", "precision", "num_workers",
-                    "keep_last_checkpoint", "compile")
-
 
 def positive_int(text: str) -> int:
     value = int(text)
@@ -92,39 +89,6 @@ TRUST_HELP = ("let the model's folder run code of its own (transformers' trust_r
 def add_trust_remote_code_arg(parser: argparse.ArgumentParser) -> None:
     """``--trust-remote-code``: the only way a command that loads a trained model runs the model's own code."""
     parser.add_argument("--trust-remote-code", action="store_true", help=TRUST_HELP)
-
-
-def add_trainer_args(parser: argparse.ArgumentParser, defaults: dict | None = None) -> None:
-    """Lightning Trainer options shared by the training commands (engineering, not research).
-
-    Args:
-        defaults: the value of each flag when it is not given; ``argparse.SUPPRESS`` leaves unset flags out of
-            the parsed namespace (``mtdnn.train`` tells given flags from defaults that way).
-    """
-    d = {"accelerator": "auto", "devices": "auto", "strategy": "auto", "num_nodes": 1, "precision": "32-true",
-         "num_workers": 0, "keep_last_checkpoint": False, "compile": None, **(defaults or {})}
-    g = parser.add_argument_group("Lightning trainer")
-    g.add_argument("--accelerator", default=d["accelerator"], help="cpu, gpu, cuda, mps or auto (default: auto)")
-    g.add_argument("--devices", type=devices, default=d["devices"],
-                   help=f"number of devices, a list like 0,1, or auto (default: {d['devices']})")
-    g.add_argument("--strategy", default=d["strategy"],
-                   help="auto, ddp (mapped to DDP with find_unused_parameters=True: each step leaves other "
-                        "tasks' heads unused), ddp_spawn, ... (default: auto)")
-    g.add_argument("--num-nodes", type=positive_int, default=d["num_nodes"], help="nodes for multi-node DDP")
-    g.add_argument("--precision", default=d["precision"],
-                   help="32-true (default), bf16-mixed or 16-mixed (GPU), bf16-true")
-    g.add_argument("--num-workers", type=int, default=d["num_workers"], help="DataLoader worker processes (default: 0)")
-    g.add_argument("--keep-last-checkpoint", action="store_const", const=True, default=d["keep_last_checkpoint"],
-                   help="keep checkpoints/last.ckpt (weights and optimizer state, for --resume) when the run "
-                        "completes; by default it is removed, and best.ckpt holds the weights only")
-    g.add_argument("--compile", nargs="?", const="inductor", default=d["compile"], metavar="BACKEND",
-                   help="torch.compile the encoder, in place so checkpoints keep their parameter names "
-                        "(backend default: inductor)")
-
-
-def lightning_settings(args: argparse.Namespace) -> dict:
-    """The :class:`~mtdnn.training.config.TrainConfig` fields of :func:`add_trainer_args`'s flags."""
-    return {name: getattr(args, name) for name in LIGHTNING_FIELDS}
 
 
 def setup_logging() -> None:

@@ -6,7 +6,8 @@ import argparse
 import sys
 
 from ..errors import HelpFormatter, Interrupted, run_cli
-from .common import add_trainer_args, lightning_settings, setup_logging
+from .common import setup_logging
+from .settings import add_trainer_args, lightning_settings
 
 
 def build_parser() -> argparse.ArgumentParser:

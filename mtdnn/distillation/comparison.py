@@ -27,7 +27,7 @@ from ..fileio import check_output_dir, claim_output_dir, write_atomic, write_jso
 from ..tables import markdown_table
 from ..tasks.data import load_split
 from ..tasks.types import TASK_TYPES
-from ..training.runs import read_metrics
+from ..training.runs import continue_unfinished, read_metrics
 from .paired import BOOTSTRAP_RESAMPLES, RESAMPLED_METRICS, paired_bootstrap, resampled_metric, t_interval
 from .soft_targets import member_outputs
 from .teacher_report import summarize
@@ -183,6 +183,39 @@ def arm_spec(spec, arm: str, seed: int):
     return spec.model_copy(update={"alpha": alpha, "train": spec.train.model_copy(update={"seed": seed})})
 
 
+ARM_SETTINGS = ("alpha", "temperature", "distill", "gold", "loss_weights", "init")
+"""What a complete arm's ``resolved.student`` must match, beside its training settings (``config.yaml``'s fields)."""
+
+
+def check_arm(run_dir, spec, tasks: dict, data_dir, lightning: dict | None, which: str) -> None:
+    """Reuse a complete arm only when it was trained as this arm would be: its ``config.yaml`` fields (the
+    student's :class:`~mtdnn.training.config.TrainConfig`, except where the data, the run and the encoder files lie
+    and the other settings that do not change training, :data:`~mtdnn.training.resume.RESUME_MAY_DIFFER`) and
+    :data:`ARM_SETTINGS` of its ``resolved.student``. Arms written by earlier versions compare the same way.
+
+    Raises:
+        ConfigError: naming the arm, its directory and the first setting that differs.
+    """
+    from ..errors import ConfigError
+    from ..training.resume import RESUME_MAY_DIFFER
+    from ..training.runs import config_differences, read_run_config
+    from .student import student_config
+
+    saved, resolved = read_run_config(run_dir)
+    config = student_config(spec, tasks, data_dir, saved.get("encoder", ""), str(run_dir), lightning).to_yaml_dict()
+    ignored = RESUME_MAY_DIFFER | {"encoder"}
+    differences = [d for d in config_differences({k: saved.get(k) for k in config if k not in ignored},
+                                                 {k: v for k, v in config.items() if k not in ignored})]
+    student_saved = resolved.get("student") if isinstance(resolved.get("student"), dict) else {}
+    wanted = spec.model_dump(mode="json")
+    differences += config_differences({k: student_saved.get(k) for k in ARM_SETTINGS},
+                                      {k: wanted.get(k) for k in ARM_SETTINGS}, "student.")
+    if differences:
+        key, was, now = differences[0]
+        raise ConfigError(f"{run_dir}: the complete {which} was trained with other settings ({key}: {was!r}, this "
+                          f"comparison's {now!r}); compare into another --output-dir, or remove that arm to retrain it")
+
+
 def check_comparable(spec, spec_path: str) -> None:
     """Every ``distill`` task's first metric must be one the paired bootstrap resamples example by example
     (:data:`~mtdnn.distillation.paired.RESAMPLED_METRICS`); checked before any teacher or arm is trained.
@@ -234,10 +267,13 @@ def run_comparison(spec, spec_path: str, *, seeds: int, data_dir, teachers_dir: 
     for seed in seed_list:
         for arm in (DISTILLED, GOLD_ONLY):
             run_dir = out_dir / f"seed-{seed}" / arm
-            if read_metrics(run_dir) is None:
-                student.distill(arm_spec(spec, arm, seed), spec_path, data_dir=Path(data_dir), from_run=from_run,
+            wanted = arm_spec(spec, arm, seed)
+            if read_metrics(run_dir) is None:  # new, or interrupted: resumed from its last.ckpt (else retrained)
+                student.distill(wanted, spec_path, data_dir=Path(data_dir), from_run=from_run,
                                 teachers_dir=str(teacher_dir), output_dir=str(run_dir), lightning=lightning,
-                                overwrite=False)
+                                **continue_unfinished(run_dir))
+            else:
+                check_arm(run_dir, wanted, tasks, Path(data_dir), lightning, f"{arm} arm of seed {seed}")
             best = read_metrics(run_dir)["best"]["tasks"]
             predictions[arm][seed], logged[arm][seed] = {}, {}
             for name in spec.distill:

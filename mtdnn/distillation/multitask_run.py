@@ -10,7 +10,7 @@ from ..errors import CheckpointError
 from ..fileio import read_json
 from ..training.export import EXPORT_META, is_export_dir, resolve_export
 from ..training.runs import CONFIG_FILE, complete_run, read_run_config
-from ..training.trainer import run_limits
+from ..training.resolve import run_limits
 
 log = logging.getLogger("mtdnn.teachers")
 

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ..errors import ConfigError, format_validation_error
 from ..fileio import read_yaml, yaml_float
-from ..tasks.taskdef import MAX_LENGTH_RANGE
+from ..training.config import LIGHTNING_FIELDS, RUN_FIELDS, overrides_model
 
 
 class Spec(BaseModel):
@@ -22,25 +22,27 @@ class Spec(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
 
 
-class FinetuneSpec(Spec):
-    """Training settings: the :class:`~mtdnn.training.config.TrainConfig` fields of the same names."""
+FinetuneSpec = overrides_model(
+    "FinetuneSpec", RUN_FIELDS + LIGHTNING_FIELDS + ("trust_remote_code", "seed", "data_seed", "dropout"),
+    """A teacher spec's ``finetune:``: overrides of the :class:`~mtdnn.training.config.TrainConfig` fields of the
+    same names (validated by it) for every member; what members vary (``seed``, ``data_seed``, ``dropout``, and
+    per member ``lr``, ``max_epochs``) is under ``vary``, the Lightning settings come from the command line.""")
 
-    max_epochs: int = Field(default=3, gt=0)
-    lr: float = Field(default=5e-5, gt=0, le=1)
-    batch_size: int = Field(default=32, gt=0)
-    eval_batch_size: int = Field(default=64, gt=0)
-    weight_decay: float = Field(default=0.01, ge=0)
-    warmup_ratio: float = Field(default=0.1, ge=0, lt=1)
-    gradient_clip: float = Field(default=1.0, ge=0)
-    max_length: int | None = Field(default=None, ge=MAX_LENGTH_RANGE[0], le=MAX_LENGTH_RANGE[1])
-    limit_train_examples: int | None = Field(default=None, gt=0)
-    limit_eval_examples: int | None = Field(default=None, gt=0)
-    pad_to_multiple_of: int = Field(default=1, gt=0)
+LEGACY_FINETUNE_FIELDS = ("max_epochs", "lr", "batch_size", "eval_batch_size", "weight_decay", "warmup_ratio",
+                          "gradient_clip", "max_length", "limit_train_examples", "limit_eval_examples",
+                          "pad_to_multiple_of")
+"""The fields a teacher member's record (``member-k.json``) and the manifest hold whether set or not: the fields
+``finetune:`` had before it took every :class:`~mtdnn.training.config.TrainConfig` field."""
 
-    @field_validator("lr", "weight_decay", "warmup_ratio", "gradient_clip", mode="before")
-    @classmethod
-    def _floats(cls, value):
-        return yaml_float(value)
+
+def finetune_record(finetune) -> dict:
+    """``finetune:`` as member records and the manifest hold it: :data:`LEGACY_FINETUNE_FIELDS` always, any other
+    field when the spec sets it. Records written before ``finetune:`` took every field compare equal for the same
+    settings, so no finished member is reported built differently because the schema grew."""
+    values = finetune.model_dump(mode="json")
+    record = {k: values[k] for k in LEGACY_FINETUNE_FIELDS}
+    record.update({k: values[k] for k in finetune.model_fields_set if k not in record})
+    return record
 
 
 class VarySpec(Spec):

@@ -34,9 +34,9 @@ from ..modeling.losses import DISTILLATION_LOSSES
 from . import piece_targets
 from .batch_targets import batch_targets
 from .soft_targets import align, read_manifest, teacher_outputs
-from .specs import FinetuneSpec, Spec, TeacherSpec
+from .specs import Spec, TeacherSpec
 from ..tasks.taskdef import TaskDef, load_task_defs, select_tasks
-from ..training.config import TrainConfig
+from ..training.config import LIGHTNING_FIELDS, RUN_FIELDS, TrainConfig, overrides_model
 from ..training.runs import Run, check_run_dir
 
 log = logging.getLogger("mtdnn.distill")
@@ -71,17 +71,11 @@ class InitSpec(Spec):
         return self
 
 
-class StudentTrainSpec(FinetuneSpec):
-    """The student's training settings: :class:`~mtdnn.distillation.specs.FinetuneSpec` plus seed and task schedule."""
-
-    seed: int = 42
-    schedule: Literal["proportional", "temperature", "uniform"] = "proportional"
-    sampling_temperature: float = Field(default=2.0, gt=0)
-
-    @field_validator("sampling_temperature", mode="before")
-    @classmethod
-    def _float(cls, value):
-        return yaml_float(value)
+StudentTrainSpec = overrides_model(
+    "StudentTrainSpec", RUN_FIELDS + LIGHTNING_FIELDS + ("trust_remote_code",),
+    """A student spec's ``train:``: overrides of the :class:`~mtdnn.training.config.TrainConfig` fields of the same
+    names (validated by it; ``temperature`` is the task-sampling temperature, the distillation T is the spec's own
+    ``temperature``); the Lightning settings come from the command line.""")
 
 
 class StudentSpec(Spec):
@@ -104,6 +98,14 @@ class StudentSpec(Spec):
     alpha: float = Field(default=0.5, ge=0, le=1)
     loss_weights: dict[str, float] = {}
     train: StudentTrainSpec = StudentTrainSpec()
+
+    @field_validator("train", mode="before")
+    @classmethod
+    def _renamed(cls, value):
+        if isinstance(value, dict) and "sampling_temperature" in value:
+            raise ValueError("'sampling_temperature' is now 'temperature' (train: holds TrainConfig fields, by their "
+                             "names; the distillation temperature T is the spec's own top-level 'temperature')")
+        return value
 
     @field_validator("temperature", "alpha", mode="before")
     @classmethod
@@ -459,7 +461,7 @@ def distill(spec: StudentSpec, spec_path: str, teacher_spec: TeacherSpec | None 
     from ..tasks.data import check_files, check_max_length
     from ..training.flags import check_trainer_flags
     from ..training.pipeline import check_unfinished
-    from ..training.trainer import config_is_global_zero
+    from ..training.resolve import config_is_global_zero
 
     check_bools("distill()", overwrite=overwrite, resume=resume)
     if resume and overwrite:
@@ -523,7 +525,6 @@ def student_config(spec: StudentSpec, tasks: dict[str, TaskDef], data_dir: Path,
     """The student's :class:`~mtdnn.training.config.TrainConfig`: the spec's ``train`` settings, its tasks, the
     encoder it starts from and the Lightning settings."""
     train = spec.train.model_dump()
-    train["temperature"] = train.pop("sampling_temperature")
     return TrainConfig(task_defs=spec.task_defs, tasks=list(tasks) or None, data_dir=str(data_dir), encoder=encoder,
                        output_dir=str(run_dir), **train, **(lightning or {}))
 
@@ -540,7 +541,7 @@ def train_student(spec: StudentSpec, spec_path: str, tasks: dict[str, TaskDef], 
     from ..tasks.data import tokenized_split
     from ..training import pipeline
     from ..training.runs import RUN_ENTRIES
-    from ..training.trainer import datamodule_for
+    from ..training.resolve import datamodule_for
 
     cfg = spec.train
     # 1. The starting point and the soft targets, checked before the run directory is made.

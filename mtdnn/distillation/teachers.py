@@ -54,7 +54,7 @@ from ..training.runs import read_metrics
 from .folds import FOLD_SPLIT, fold_task, fold_task_defs, fold_task_defs_path
 from .multitask_run import multitask_export, pretrained_encoder, warn_if_limited
 from .soft_targets import MANIFEST_FILE, member_dir
-from .specs import TeacherSpec
+from .specs import TeacherSpec, finetune_record
 from .teacher_report import SUMMARY_JSON, SUMMARY_MD, render_markdown, summarize
 
 log = logging.getLogger("mtdnn.teachers")
@@ -192,7 +192,7 @@ def build(spec: TeacherSpec, spec_path: str, data_dir: Path, from_run: str | Non
             settings = {"task": name, "member": k, **member, "fold": fold,
                         "cross_fit": {"k": spec.cross_fit, "seed": spec.fold_seed} if fold else None,
                         "from_run": str(run_path), "from_run_export": mt_digest,
-                        "finetune": spec.finetune.model_dump(), "data": data[name]}
+                        "finetune": finetune_record(spec.finetune), "data": data[name]}
             run_dir = member_dir(teacher_dir, name, k)
             sidecar = run_dir.with_name(f"member-{k}.json")
             retrain = False
@@ -216,7 +216,7 @@ def build(spec: TeacherSpec, spec_path: str, data_dir: Path, from_run: str | Non
     remove_stale_temporaries(teacher_dir, _teacher_entry, locked=True, recursive=True)
     try:
         manifest = {"spec": str(spec_path), "task_defs": str(Path(spec.task_defs).resolve()), "from_run": str(run_path),
-                    "encoder": encoder, "data_dir": str(data_dir), "finetune": spec.finetune.model_dump(),
+                    "encoder": encoder, "data_dir": str(data_dir), "finetune": finetune_record(spec.finetune),
                     "cross_fit": {"k": spec.cross_fit, "seed": spec.fold_seed} if spec.cross_fit else None,
                     "tasks": {n: {"members": [{"member": k, **member, **({"fold": fold} if fold else {})}
                                               for k, fold, member in enumerate_members(spec)]}

@@ -21,7 +21,7 @@ import contextvars
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 
 from ..errors import ConfigError, format_validation_error, validate
 from ..fileio import read_yaml, yaml_float
@@ -31,6 +31,25 @@ LOGGERS = ("csv", "tensorboard", "wandb", "mlflow")
 RESOLVED_KEY = "resolved"
 _RAW_ERRORS = contextvars.ContextVar("raw_errors", default=False)  # see TrainConfig.__init__
 SEED_MAX = 2**32 - 1  # numpy's seed range, which Lightning's seed_everything uses
+OPTIMISATION, EVALUATION, LIGHTNING, SPEED = ("optimisation", "dev evaluation", "Lightning trainer",
+                                              "speed (see the README's GPU section)")
+"""The flag groups of ``--help`` (a field without a group is listed at the top; ``late``: after dev evaluation)."""
+
+
+def setting(default: Any, description: str, *, group: str | None = None, metavar: str | None = None,
+            cli_type: str | None = None, flag: bool = True, **constraints: Any):
+    """A :class:`TrainConfig` field: its default, help text and range (pydantic ``Field`` constraints), and how its
+    command-line flag is made (:mod:`mtdnn.cli.settings` generates every flag from these).
+
+    Args:
+        group: the ``--help`` group. metavar: the flag's placeholder.
+        cli_type: a flag type other than the one its annotation and range give (``names``, ``loggers``,
+            ``buckets``, ``devices``, ``max_length``, ``int``: a plain int left to this schema's range check,
+            ``optional:<const>``: the value may be left out, meaning ``<const>``).
+        flag: False for a field given otherwise (``task_defs``: the positional argument).
+    """
+    extra = {"cli": {"group": group, "metavar": metavar, "type": cli_type, "flag": flag}}
+    return Field(default=default, description=description, json_schema_extra=extra, **constraints)
 
 
 class TrainConfig(BaseModel):
@@ -56,54 +75,94 @@ class TrainConfig(BaseModel):
             raise ConfigError(format_validation_error("TrainConfig", err)) from None
 
     # what to train
-    task_defs: str
-    tasks: list[str] | None = Field(default=None, min_length=1)
-    data_dir: str | None = None
-    encoder: str = "packaged-minilm"
-    init_from: str | None = None
-    trust_remote_code: bool = False
+    task_defs: str = setting(..., "task-definition YAML (e.g. task_defs/glue.yaml)", flag=False)
+    tasks: list[str] | None = setting(None, "comma-separated tasks to train (default: every task with a train split)",
+                                      cli_type="names", min_length=1)
+    data_dir: str | None = setting(None, "data root for the task files (default: $MTDNN_DATA_DIR, else ../shared/data)")
+    encoder: str = setting("packaged-minilm", "Hugging Face encoder name or path; packaged-minilm is the embedded "
+                                              "all-MiniLM-L6-v2")
+    init_from: str | None = setting(None, "start from an earlier run's (or export's) encoder and the heads of matching "
+                                          "tasks")
+    trust_remote_code: bool = setting(False, "allow encoders with custom code from the hub (off by default)",
+                                      group="late")
     # the run directory
-    output_dir: str | None = None
-    checkpoint_every_n_steps: int | None = Field(default=None, gt=0)
-    loggers: list[Literal["csv", "tensorboard", "wandb", "mlflow"]] | None = None
+    output_dir: str | None = setting(None, "run directory (default: runs/<task-defs>-<tasks>-seed<seed>)")
+    checkpoint_every_n_steps: int | None = setting(
+        None, "also save checkpoints/last.ckpt every N optimizer steps (always at epoch ends and on SIGTERM)",
+        metavar="N", gt=0)
+    loggers: list[Literal["csv", "tensorboard", "wandb", "mlflow"]] | None = setting(
+        None, "comma-separated loggers, from csv, tensorboard, wandb, mlflow; W&B runs offline and MLflow writes local "
+              "files, both under the run's logs/ (default: csv, and tensorboard when installed)", cli_type="loggers")
     # optimisation
-    max_epochs: int = Field(default=3, gt=0)
-    max_steps: int | None = Field(default=None, gt=0)
-    batch_size: int = Field(default=32, gt=0)
-    accumulate_grad_batches: int = Field(default=1, gt=0)
-    eval_batch_size: int = Field(default=64, gt=0)
-    lr: float = Field(default=5e-5, gt=0, le=1, allow_inf_nan=False)
-    weight_decay: float = Field(default=0.01, ge=0, allow_inf_nan=False)
-    warmup_ratio: float = Field(default=0.1, ge=0, lt=1, allow_inf_nan=False)
-    gradient_clip: float = Field(default=1.0, ge=0, allow_inf_nan=False)
-    max_length: int | None = Field(default=None, ge=MAX_LENGTH_RANGE[0], le=MAX_LENGTH_RANGE[1])
-    dropout: float | None = Field(default=None, ge=0, lt=1, allow_inf_nan=False)
+    max_epochs: int = setting(3, "training epochs", group=OPTIMISATION, gt=0)
+    max_steps: int | None = setting(None, "stop after N optimizer steps (default: none)", group=OPTIMISATION,
+                                    metavar="N", gt=0)
+    batch_size: int = setting(32, "global batch size (all ranks together), per batch", group=OPTIMISATION, gt=0)
+    accumulate_grad_batches: int = setting(1, "batches per optimizer step (gradient accumulation; each batch is one "
+                                              "task's)", group=OPTIMISATION, metavar="K", gt=0)
+    eval_batch_size: int = setting(64, "dev batch size per rank", group=OPTIMISATION, gt=0)
+    lr: float = setting(5e-5, "peak learning rate (AdamW), in (0, 1]", group=OPTIMISATION, gt=0, le=1,
+                        allow_inf_nan=False)
+    weight_decay: float = setting(0.01, "AdamW weight decay (not on biases, LayerNorm)", group=OPTIMISATION, ge=0,
+                                  allow_inf_nan=False)
+    warmup_ratio: float = setting(0.1, "fraction of steps with linear warm-up", group=OPTIMISATION, ge=0, lt=1,
+                                  allow_inf_nan=False)
+    gradient_clip: float = setting(1.0, "max gradient norm (0: none)", group=OPTIMISATION, ge=0, allow_inf_nan=False)
+    max_length: int | None = setting(None, "override every task's max sequence length (default: each task's, 128 in "
+                                           "glue.yaml)", group=OPTIMISATION, cli_type="max_length",
+                                     ge=MAX_LENGTH_RANGE[0], le=MAX_LENGTH_RANGE[1])
+    dropout: float | None = setting(None, "override every dropout probability, encoder and heads (default: the "
+                                          "encoder's and tasks')", group=OPTIMISATION, ge=0, lt=1, allow_inf_nan=False)
     # task schedule and data
-    schedule: Literal["proportional", "temperature", "uniform"] = "proportional"
-    temperature: float = Field(default=2.0, gt=0, allow_inf_nan=False)
-    seed: int = Field(default=42, ge=0, le=SEED_MAX)
-    data_seed: int | None = Field(default=None, ge=0, le=SEED_MAX)
-    limit_train_examples: int | None = Field(default=None, gt=0)
-    limit_eval_examples: int | None = Field(default=None, gt=0)
-    pad_to_multiple_of: int = Field(default=1, gt=0)
-    group_by_length: bool = True
+    schedule: Literal["proportional", "temperature", "uniform"] = setting(
+        "proportional", "task schedule: proportional = MT-DNN Algorithm 1", group=OPTIMISATION)
+    temperature: float = setting(2.0, "T of temperature sampling, p_t ~ n_t^(1/T) (only with --schedule temperature)",
+                                 group=OPTIMISATION, gt=0, allow_inf_nan=False)
+    seed: int = setting(42, "seed of initialisation, dropout and (without --data-seed) the schedule and data order",
+                        group=OPTIMISATION, cli_type="int", ge=0, le=SEED_MAX)
+    data_seed: int | None = setting(None, "seed of the task schedule and data order alone (default: --seed)",
+                                    group=OPTIMISATION, cli_type="int", ge=0, le=SEED_MAX)
+    limit_train_examples: int | None = setting(None, "use the first N rows of each task's train split",
+                                               group=OPTIMISATION, metavar="N", gt=0)
+    limit_eval_examples: int | None = setting(None, "score the first N rows of each task's dev split (a quick run; "
+                                                    "its default run directory is marked -limited)",
+                                              group=OPTIMISATION, metavar="N", gt=0)
+    pad_to_multiple_of: int = setting(1, "pad lengths to a multiple (8 on GPU)", group=OPTIMISATION, gt=0)
+    group_by_length: bool = setting(True, "length-grouped batches: each chunk of 50 batches' rows sorted by length, "
+                                          "then cut (less padding; the order of batches stays random); "
+                                          "--no-group-by-length: random batches, as a Hugging Face Trainer's default",
+                                    group=OPTIMISATION)
     # dev evaluation and model selection
-    eval_every_n_steps: int | None = Field(default=None, gt=0)
-    early_stopping_patience: int | None = Field(default=None, gt=0)
+    eval_every_n_steps: int | None = setting(None, "score dev every N optimizer steps instead of at epoch ends; the "
+                                                   "best of these is kept", group=EVALUATION, metavar="N", gt=0)
+    early_stopping_patience: int | None = setting(None, "stop when the dev average has not improved for P "
+                                                        "evaluations (default: never)", group=EVALUATION,
+                                                  metavar="P", gt=0)
     # Lightning Trainer (engineering)
-    accelerator: str = "auto"
-    devices: int | str = "auto"
-    strategy: str = "auto"
-    num_nodes: int = Field(default=1, gt=0)
-    precision: str = "32-true"
-    num_workers: int = Field(default=0, ge=0)
-    keep_last_checkpoint: bool = False
-    compile: str | None = None
-    deterministic: bool = False
+    accelerator: str = setting("auto", "cpu, gpu, cuda, mps or auto", group=LIGHTNING)
+    devices: int | str = setting("auto", "number of devices, a list like 0,1, or auto", group=LIGHTNING,
+                                 cli_type="devices")
+    strategy: str = setting("auto", "auto, ddp (mapped to DDP with find_unused_parameters=True: each step leaves "
+                                    "other tasks' heads unused), ddp_spawn, ...", group=LIGHTNING)
+    num_nodes: int = setting(1, "nodes for multi-node DDP", group=LIGHTNING, gt=0)
+    precision: str = setting("32-true", "32-true, bf16-mixed or 16-mixed (GPU), bf16-true", group=LIGHTNING)
+    num_workers: int = setting(0, "DataLoader worker processes", group=LIGHTNING, cli_type="int", ge=0)
+    keep_last_checkpoint: bool = setting(False, "keep checkpoints/last.ckpt (weights and optimizer state, for "
+                                                "--resume) when the run completes; by default it is removed, and "
+                                                "best.ckpt holds the weights only", group=LIGHTNING)
+    compile: str | None = setting(None, "torch.compile the encoder, in place so checkpoints keep their parameter "
+                                        "names (backend default: inductor)", group=LIGHTNING, metavar="BACKEND",
+                                  cli_type="optional:inductor")
+    deterministic: bool = setting(False, "deterministic algorithms only (torch.use_deterministic_algorithms; "
+                                         "reproducible reruns)", group="late")
     # speed (see mtdnn.training.speed)
-    length_buckets: list[int] | None = Field(default=None, min_length=1)
-    cuda_graphs: bool = False
-    sdpa_backend: Literal["auto", "efficient", "math"] = "auto"
+    length_buckets: list[int] | None = setting(None, "pad every batch to the shortest of these lengths that holds it: "
+                                                     "with --compile, one graph per bucket (e.g. 32,64,96,128)",
+                                               group=SPEED, metavar="L1,L2,...", cli_type="buckets", min_length=1)
+    cuda_graphs: bool = setting(False, "record CUDA graphs per bucket (GPU; needs --compile inductor and "
+                                       "--length-buckets)", group=SPEED)
+    sdpa_backend: Literal["auto", "efficient", "math"] = setting(
+        "auto", "attention kernels: efficient = flash/memory-efficient, never cuDNN (no plan per shape)", group=SPEED)
 
     @field_validator("lr", "weight_decay", "warmup_ratio", "gradient_clip", "dropout", "temperature", mode="before")
     @classmethod
@@ -128,6 +187,49 @@ class TrainConfig(BaseModel):
     def to_yaml_dict(self) -> dict:
         """Plain values, in field order, for ``config.yaml``."""
         return self.model_dump(mode="json")
+
+
+RUN_FIELDS = ("task_defs", "tasks", "data_dir", "encoder", "init_from", "output_dir")
+"""Fields a command sets for each run it trains (a teacher member's task and directory, ...), never a spec."""
+LIGHTNING_FIELDS = tuple(n for n, f in TrainConfig.model_fields.items()
+                         if ((f.json_schema_extra or {}).get("cli") or {}).get("group") == LIGHTNING)
+"""The Lightning Trainer fields: given on the command line of each command, for every run it trains."""
+
+
+class Overrides(BaseModel):
+    """Base of the override models of :func:`overrides_model`: strict types, unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _valid_together(self):
+        """The fields given must make a valid :class:`TrainConfig` together (its own cross-field rules)."""
+        token = _RAW_ERRORS.set(True)  # pydantic's errors, turned into this model's below
+        try:
+            TrainConfig.model_validate({"task_defs": "-", **self.model_dump(exclude_unset=True)})
+        except ValidationError as err:
+            raise ValueError("; ".join(e["msg"].removeprefix("Value error, ") for e in err.errors())) from None
+        finally:
+            _RAW_ERRORS.reset(token)
+        return self
+
+    def given(self) -> dict:
+        """The fields the spec sets, as written (the others are :class:`TrainConfig`'s defaults)."""
+        return self.model_dump(exclude_unset=True)
+
+
+def overrides_model(name: str, exclude: tuple[str, ...], doc: str) -> type[Overrides]:
+    """A model of overrides of :class:`TrainConfig` fields (a teacher spec's ``finetune:``, a student spec's
+    ``train:``): every field of ``TrainConfig`` but ``exclude``, with the same names, types, ranges, defaults and
+    help texts (the very ``Field`` objects), validated together by ``TrainConfig``'s own rules. Nothing about a
+    setting is declared twice."""
+    fields = {n: (f.annotation, f) for n, f in TrainConfig.model_fields.items() if n not in exclude}
+    floats = [n for n in ("lr", "weight_decay", "warmup_ratio", "gradient_clip", "dropout", "temperature")
+              if n in fields]
+    validators = {"_floats": field_validator(*floats, mode="before")(lambda cls, value: yaml_float(value))}
+    model = create_model(name, __base__=Overrides, __validators__=validators, **fields)
+    model.__doc__ = doc
+    return model
 
 
 def validate_config(raw: dict, source: str, flags: bool = False) -> TrainConfig:

@@ -132,6 +132,15 @@ def prepare_run_dir(run_dir: str | Path, overwrite: bool, resume: bool = False,
     return claim_output_dir(run_dir, "run")
 
 
+def continue_unfinished(run_dir: str | Path) -> dict[str, bool]:
+    """``fit``'s ``resume``/``overwrite`` for a driver that owns ``run_dir`` (a comparison's arm, a partial-input
+    variant) and reruns it: an interrupted run with ``last.ckpt`` is resumed, one that saved nothing is started
+    again, a new directory is simply made."""
+    interrupted = is_run_dir(run_dir) and read_metrics(run_dir) is None
+    resume = interrupted and (Path(run_dir) / CHECKPOINT_DIR / "last.ckpt").is_file()
+    return {"resume": resume, "overwrite": interrupted and not resume}
+
+
 def complete_run(run_dir: str | Path) -> dict:
     """The metrics of a complete run.
 

@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ...errors import ConfigError
 from ...fileio import dump_yaml, make_dir, write_atomic, write_json_atomic
 from ...tasks.data import load_split
 from ...tasks.taskdef import TaskDef
-from ...training.config import TrainConfig
+from ...training.config import TrainConfig, overrides_model
 
 INPUTS = ("hypothesis", "premise", "warrants")
 FULL = "full"
@@ -55,24 +54,19 @@ def partial_task(task: TaskDef, input: str) -> TaskDef:
     raise ConfigError(f"--input {input!r}: expected one of {', '.join(INPUTS)}")
 
 
-@dataclass
-class Recipe:
-    """The training recipe shared by every run of a comparison (the :class:`TrainConfig` fields of the same names)."""
+RECIPE_FIELDS = ("encoder", "max_epochs", "batch_size", "lr", "max_length", "limit_train_examples", "accelerator")
+"""The :class:`~mtdnn.training.config.TrainConfig` fields a partial-input comparison sets for all its runs."""
 
-    encoder: str = "packaged-minilm"
-    max_epochs: int = 3
-    batch_size: int = 32
-    lr: float = 5e-5
-    max_length: int | None = None
-    limit_train_examples: int | None = None
-    accelerator: str = "auto"
+Recipe = overrides_model(
+    "Recipe", tuple(n for n in TrainConfig.model_fields if n not in RECIPE_FIELDS),
+    """The training recipe shared by every run of a comparison: overrides of the
+    :class:`~mtdnn.training.config.TrainConfig` fields of :data:`RECIPE_FIELDS` (validated by it).""")
 
-    def train_config(self, task_defs: Path, task: str, data_dir: Path, seed: int, run_dir: Path) -> TrainConfig:
-        """The :class:`~mtdnn.training.config.TrainConfig` of one run of this recipe."""
-        return TrainConfig(task_defs=str(task_defs), tasks=[task], data_dir=str(data_dir), seed=seed,
-                           output_dir=str(run_dir), encoder=self.encoder, max_epochs=self.max_epochs,
-                           batch_size=self.batch_size, lr=self.lr, max_length=self.max_length,
-                           limit_train_examples=self.limit_train_examples, accelerator=self.accelerator)
+
+def recipe_config(recipe, task_defs: Path, task: str, data_dir: Path, seed: int, run_dir: Path) -> TrainConfig:
+    """The :class:`~mtdnn.training.config.TrainConfig` of one run of ``recipe`` (a :data:`Recipe`)."""
+    return TrainConfig(task_defs=str(task_defs), tasks=[task], data_dir=str(data_dir), seed=seed,
+                       output_dir=str(run_dir), **recipe.model_dump())
 
 
 def majority_baseline(task: TaskDef, data_dir: Path) -> dict:
@@ -105,13 +99,14 @@ def train_variant(task: TaskDef, variant: str, seed: int, data_dir: Path, output
         ConfigError, DataError: bad settings or data. Interrupted, Diverged: the training stopped.
     """
     from ...training import trainer
-    from ...training.runs import read_metrics
+    from ...training.runs import continue_unfinished, read_metrics
 
     run_dir = output_dir / f"{variant}-seed{seed}"
     metrics = read_metrics(run_dir)
     if metrics is None:
         task_defs = _task_defs_file(task, output_dir / f"task_defs-{variant}.yaml")
-        metrics = trainer.fit(recipe.train_config(task_defs, task.name, data_dir, seed, run_dir)).metrics
+        config = recipe_config(recipe, task_defs, task.name, data_dir, seed, run_dir)
+        metrics = trainer.fit(config, **continue_unfinished(run_dir)).metrics
     metric = task.metric_names[0]
     return {"seed": seed, "run": run_dir.name, "metric": metric, "best_epoch": metrics["best"]["epoch"],
             "dev": metrics["best"]["tasks"][task.name][metric],
@@ -139,7 +134,7 @@ def partial_input_baselines(task: TaskDef, input: str, seeds: list[int], data_di
     variants = {f"{input}-only": partial}
     if full:
         variants[FULL] = task
-    result = {"task": task.name, "input": input, "recipe": asdict(recipe), "seeds": seeds, "majority": majority,
+    result = {"task": task.name, "input": input, "recipe": recipe.model_dump(), "seeds": seeds, "majority": majority,
               "variants": {}}
     for name, variant_task in variants.items():
         runs = [train_variant(variant_task, name, seed, data_dir, output_dir, recipe) for seed in seeds]

@@ -7,7 +7,6 @@ import math
 import os
 import statistics
 import tempfile
-from dataclasses import asdict
 from pathlib import Path
 
 from ...tables import markdown_table
@@ -165,7 +164,7 @@ def build_report(task: TaskDef, args: TransferSpec, settings: TransferSettings, 
                  "dropped_rows": pool_raw.dropped},
         "evaluation": {"split": eval_split, "source": eval_raw.source, "examples": eval_examples,
                        "split_examples": len(eval_raw.examples), "dropped_rows": eval_raw.dropped},
-        "settings": {**asdict(settings), "batch_size_rule": settings.batch_size_rule,
+        "settings": {**settings.record(), "batch_size_rule": settings.batch_size_rule,
                      "description": settings.describe(), "training_seed": "the seed index"},
         "max_length": task.max_length,
         "encoders": [{"label": e.label, "spec": e.spec, "kind": e.kind, "path": e.path, "head": e.head,

@@ -15,7 +15,7 @@ class TransferSettings:
     the same s in their own generator.
     """
 
-    epochs: int = 3
+    max_epochs: int = 3
     lr: float = 5e-5
     weight_decay: float = 0.01
     warmup_ratio: float = 0.1
@@ -25,11 +25,29 @@ class TransferSettings:
     small_subset_limit: int = 1000
     eval_batch_size: int = 128
 
+    TRAIN_FIELDS = ("max_epochs", "lr", "weight_decay", "warmup_ratio", "gradient_clip", "eval_batch_size")
+    """The settings that are :class:`~mtdnn.training.config.TrainConfig` fields (by their names); the batch-size
+    rule (``small_batch_size``, ``large_batch_size``, ``small_subset_limit``) is transfer's own."""
+
+    def __post_init__(self) -> None:
+        """Validated by :class:`~mtdnn.training.config.TrainConfig` itself (ConfigError naming the field)."""
+        from ...training.config import TrainConfig
+
+        for n in (self.small_batch_size, self.large_batch_size):
+            self.train_overrides(n)
+        TrainConfig(task_defs="transfer", **{k: getattr(self, k) for k in self.TRAIN_FIELDS})
+
     def train_overrides(self, n_examples: int) -> dict:
         """The :class:`~mtdnn.training.config.TrainConfig` fields of one fine-tune on ``n_examples`` examples."""
-        return {"max_epochs": self.epochs, "lr": self.lr, "weight_decay": self.weight_decay,
+        return {**{k: getattr(self, k) for k in self.TRAIN_FIELDS}, "batch_size": self.batch_size(n_examples)}
+
+    def record(self) -> dict:
+        """The settings as the sweep's records and report hold them (``epochs`` for ``max_epochs``: the name they
+        had before the schema was one), so that records written earlier are still found and reused."""
+        return {"epochs": self.max_epochs, "lr": self.lr, "weight_decay": self.weight_decay,
                 "warmup_ratio": self.warmup_ratio, "gradient_clip": self.gradient_clip,
-                "batch_size": self.batch_size(n_examples), "eval_batch_size": self.eval_batch_size}
+                "small_batch_size": self.small_batch_size, "large_batch_size": self.large_batch_size,
+                "small_subset_limit": self.small_subset_limit, "eval_batch_size": self.eval_batch_size}
 
     def batch_size(self, n_examples: int) -> int:
         """The training batch for a subset of ``n_examples``."""
@@ -42,7 +60,7 @@ class TransferSettings:
 
     def describe(self) -> str:
         lr = f"{self.lr:.0e}".replace("e-0", "e-")
-        return (f"{self.epochs} epochs, AdamW lr {lr} (weight decay {self.weight_decay:g}, none on biases and "
+        return (f"{self.max_epochs} epochs, AdamW lr {lr} (weight decay {self.weight_decay:g}, none on biases and "
                 f"LayerNorm), linear warm-up over {self.warmup_ratio:.0%} of the steps then linear decay, "
                 f"{self.batch_size_rule}, gradient clipping {self.gradient_clip:g}")
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 from ...errors import CheckpointError, ConfigError
@@ -72,7 +71,7 @@ def run_sweep(task: TaskDef, encoders: list[Encoder], sizes: list[int], orders: 
                 positions = orders[seed][:k]
                 key = {"task": task.to_plain(), "pool_split": pool_split, "eval_split": eval_split,
                        "eval_examples": eval_examples, "n_examples": k, "seed": seed,
-                       "subset": _digest(positions), "settings": asdict(settings),
+                       "subset": _digest(positions), "settings": settings.record(),
                        "encoder": {"path": encoder.path, "weights": encoder.fingerprint(),
                                    "head_from": encoder.head_from},
                        "accelerator": accelerator, "precision": precision}
