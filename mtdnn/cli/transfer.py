@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-import warnings
 from pathlib import Path
 
 from ..errors import HelpFormatter, Interrupted, run_cli, validate
@@ -104,9 +103,6 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("pytorch_lightning", "pytorch_lightning.utilities.rank_zero", "lightning.pytorch",
                  "lightning.pytorch.utilities.rank_zero", "lightning_fabric"):
         logging.getLogger(name).setLevel(logging.WARNING)  # one Trainer per run: its banner each time is noise
-    warnings.filterwarnings("ignore", ".*does not have many workers.*")
-    warnings.filterwarnings("ignore", ".*predefined batch sampler.*")
-    warnings.filterwarnings("ignore", ".*LeafSpec.*")  # from Lightning's internals, once per Trainer
 
     from ..evaluation.transfer.run import run_transfer
     from ..evaluation.transfer.spec import TransferSpec

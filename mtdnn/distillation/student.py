@@ -27,6 +27,7 @@ from torch.utils.data import DataLoader
 
 from . import teachers
 from ..errors import ConfigError
+from ..tables import markdown_table
 from ..fileio import write_atomic, write_json_atomic, yaml_float
 from ..training.datamodule import MultiTaskDataModule
 from ..training.module import MultiTaskModule
@@ -394,10 +395,8 @@ def student_report(teacher_report: dict | None, best: dict, distill: list[str], 
 def render_report(report: dict, title: str) -> str:
     if report["tasks"]:
         return teachers.render_markdown(report, title)
-    lines = [f"# {title}", "", "| task | metric | student |", "|---|---|---|"]
-    lines += [f"| {n} (gold only) | {t['metric']} | {t['student']['score']:.4f} |"
-              for n, t in report["gold_tasks"].items()]
-    return "\n".join(lines) + "\n"
+    rows = [[f"{n} (gold only)", t["metric"], f"{t['student']['score']:.4f}"] for n, t in report["gold_tasks"].items()]
+    return "\n".join([f"# {title}", "", *markdown_table(["task", "metric", "student"], rows)]) + "\n"
 
 
 # -------------------------------------------------------------------------------------------------- command

@@ -24,6 +24,7 @@ from ...errors import ConfigError
 from ...fileio import dump_yaml, make_dir, write_atomic, write_json_atomic
 from ...tasks.data import load_split
 from ...tasks.taskdef import TaskDef
+from ...tables import markdown_table
 from ...training.config import TrainConfig, overrides_model
 
 INPUTS = ("hypothesis", "premise", "warrants")
@@ -144,15 +145,14 @@ def partial_input_baselines(task: TaskDef, input: str, seeds: list[int], data_di
 
 def format_partial_table(result: dict) -> str:
     """Markdown: majority class, then each variant's dev score (mean ± sd over seeds, and each seed)."""
-    lines = ["| input | dev accuracy | seeds |", "|---|---:|---|",
-             f"| majority class of train (`{result['majority']['label']}`) | "
-             f"{result['majority']['dev_accuracy']:.3f} | - |"]
+    rows = [[f"majority class of train (`{result['majority']['label']}`)", f"{result['majority']['dev_accuracy']:.3f}",
+             "-"]]
     for name, variant in result["variants"].items():
         dev = variant["dev"]
         shown = f"{dev['mean']:.3f}" + (f" ± {dev['sd']:.3f}" if dev["sd"] is not None else "")
         seeds = ", ".join(f"{r['seed']}: {r['dev']:.3f}" for r in variant["runs"])
-        lines.append(f"| {name} ({', '.join(variant['text']) or 'candidates alone'}) | {shown} | {seeds} |")
-    return "\n".join(lines) + "\n"
+        rows.append([f"{name} ({', '.join(variant['text']) or 'candidates alone'})", shown, seeds])
+    return "\n".join(markdown_table(["input", "dev accuracy", "seeds"], rows, "lrl")) + "\n"
 
 
 def write_partial_outputs(result: dict, output_dir: str | Path, stem: str = "diagnose-partial-input") -> dict[str, Path]:
