@@ -16,7 +16,7 @@ for build in teachers-nli-oof teachers-nli-insample; do
       [ -f "$dest/metrics.json" ] && continue
       mkdir -p "$dest"
       cp "$member/metrics.json" "$member/config.yaml" "$dest/"
-      [ -f "$task_dir/$k.json" ] && cp "$task_dir/$k.json" "$dest/$k.record.json"
+      [ -f "$task_dir/$k.json" ] && cp "$task_dir/$k.json" "$OUT/$build/$task/$k.record.json"
       echo "$build/$task/$k"
     done
   done
