@@ -82,7 +82,7 @@ def test_transfer_records_keep_the_settings_key_written_before(tmp_path):
     before = json.loads((ROOT / "tests" / "fixtures" / "transfer-settings-key-fb14057.json").read_text())
     assert SETTINGS.record() == before
     with pytest.raises(Exception, match="field 'lr'"):  # validated by TrainConfig itself
-        type(SETTINGS)(lr=2.0)
+        type(SETTINGS)(train={"lr": 2.0})
 
 
 def test_an_unfinished_run_directory_is_refused_without_resume_or_overwrite(tmp_path, data_dir, tiny_encoder,

@@ -226,7 +226,7 @@ def test_fine_tune_learns_its_subset_and_evaluate_scores_it(data_dir, tiny_encod
     untrained = MultiTaskModel(load_encoder(tiny_encoder), {"snli": snli})
     before = evaluate_split(untrained, snli, subset, tokenizer.pad_token_id, batch_size=5)
     encoder = Encoder("tiny", tiny_encoder, "huggingface", tiny_encoder)
-    module, trainer = fine_tune(encoder, snli, subset, tokenizer, TransferSettings(max_epochs=50, lr=2e-3), seed=0,
+    module, trainer = fine_tune(encoder, snli, subset, tokenizer, TransferSettings(train={"max_epochs": 50, "lr": 2e-3}), seed=0,
                                 accelerator="cpu")
     assert trainer.global_step == 50 * 2  # 12 examples at batch 8
     after = evaluate_split(module.model, snli, subset, tokenizer.pad_token_id, batch_size=5)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
 
 @dataclass(frozen=True)
 class TransferSettings:
@@ -15,27 +16,38 @@ class TransferSettings:
     the same s in their own generator.
     """
 
-    max_epochs: int = 3
-    lr: float = 5e-5
-    weight_decay: float = 0.01
-    warmup_ratio: float = 0.1
-    gradient_clip: float = 1.0
+    train: dict = field(default_factory=dict)
     small_batch_size: int = 8
     large_batch_size: int = 32
     small_subset_limit: int = 1000
-    eval_batch_size: int = 128
 
+    TRAIN_DEFAULTS = {"eval_batch_size": 128}
+    """Where transfer's training settings differ from :class:`~mtdnn.training.config.TrainConfig`'s defaults
+    (which are MT-DNN's fine-tuning settings: 3 epochs, lr 5e-5, weight decay 0.01, warm-up 10%, clipping 1)."""
     TRAIN_FIELDS = ("max_epochs", "lr", "weight_decay", "warmup_ratio", "gradient_clip", "eval_batch_size")
-    """The settings that are :class:`~mtdnn.training.config.TrainConfig` fields (by their names); the batch-size
-    rule (``small_batch_size``, ``large_batch_size``, ``small_subset_limit``) is transfer's own."""
+    """The training settings a transfer fine-tune takes from ``train`` (:class:`~mtdnn.training.config.TrainConfig`
+    fields, by their names; readable as attributes: ``settings.max_epochs``); the batch-size rule
+    (``small_batch_size``, ``large_batch_size``, ``small_subset_limit``) is transfer's own."""
 
     def __post_init__(self) -> None:
-        """Validated by :class:`~mtdnn.training.config.TrainConfig` itself (ConfigError naming the field)."""
+        """``train`` is validated by :class:`~mtdnn.training.config.TrainConfig` itself (ConfigError naming the
+        field); only :data:`TRAIN_FIELDS` may be given (the others are the pipeline's, per fine-tune)."""
+        from ...errors import ConfigError
         from ...training.config import TrainConfig
 
+        other = sorted(set(self.train) - set(self.TRAIN_FIELDS))
+        if other:
+            raise ConfigError(f"transfer settings: field 'train.{other[0]}': not a transfer setting (give "
+                              f"{', '.join(self.TRAIN_FIELDS)})")
+        config = TrainConfig(task_defs="transfer", **{**self.TRAIN_DEFAULTS, **self.train})
+        object.__setattr__(self, "_config", config)
         for n in (self.small_batch_size, self.large_batch_size):
-            self.train_overrides(n)
-        TrainConfig(task_defs="transfer", **{k: getattr(self, k) for k in self.TRAIN_FIELDS})
+            TrainConfig(task_defs="transfer", batch_size=n)
+
+    def __getattr__(self, name: str):
+        if name in TransferSettings.TRAIN_FIELDS:
+            return getattr(self.__dict__["_config"], name)
+        raise AttributeError(name)
 
     def train_overrides(self, n_examples: int) -> dict:
         """The :class:`~mtdnn.training.config.TrainConfig` fields of one fine-tune on ``n_examples`` examples."""
