@@ -231,10 +231,13 @@ def predict_outputs(model: MultiTaskModel, task: TaskDef, split: TokenizedSplit,
 
 def decode(task: TaskDef, outputs: torch.Tensor) -> list[dict]:
     """Turn head outputs into predictions, one dict per row, with the type's ``decode``
-    (:data:`mtdnn.tasks.types.TASK_TYPES`).
+    (:class:`mtdnn.tasks.types.TaskKind`).
 
     classification: ``{"prediction": label name, "probability": p, "probabilities": {label: p}}`` with
     p = softmax(logits); regression: ``{"prediction": score}``; ranking: the index of the chosen candidate,
     with the softmax over the group keyed by candidate column.
     """
-    return task.task_type.decode(task, outputs)
+    kind = task.kind
+    if kind.decode is None:
+        raise ConfigError(f"task '{task.name}' is an {task.type} task: it has no predictions ({kind.no_predictions})")
+    return kind.decode(task, outputs)
