@@ -34,16 +34,17 @@ def pad_to(sequences: Sequence[Sequence[int]], value: int, length: int) -> torch
     return out
 
 
-def piece_batch(features: list[dict[str, Any]], task_name: str, pad_token_id: int, pad_to_multiple_of: int) -> dict:
-    """The columns every batch of word-piece rows has: ``input_ids``/``attention_mask``/``token_type_ids``
+def piece_fields(features: list[dict[str, Any]], task_name: str, pad_token_id: int, pad_to_multiple_of: int) -> dict:
+    """The fields of :class:`~mtdnn.tasks.batch.Batch` every batch of word-piece rows has, as keyword arguments:
+    ``task``, ``input_ids``/``attention_mask``/``token_type_ids``
     ``(n, seq_len)`` int64 (right padding, ``seq_len`` the longest row rounded up to ``pad_to_multiple_of``),
     ``idx`` ``(n,)`` the rows' positions in the split and ``weight`` ``(n,)`` float32 (0 marks a DDP padding copy)."""
     seqs = [f["input_ids"] for f in features]
     seq_len = -(-max(len(s) for s in seqs) // pad_to_multiple_of) * pad_to_multiple_of
-    batch = {"task": task_name, "input_ids": pad_to(seqs, pad_token_id, seq_len),
+    fields = {"task": task_name, "input_ids": pad_to(seqs, pad_token_id, seq_len),
              "attention_mask": pad_to([[1] * len(s) for s in seqs], 0, seq_len),
              "idx": torch.tensor([f["idx"] for f in features], dtype=torch.long),
              "weight": torch.tensor([f.get("weight", 1.0) for f in features], dtype=torch.float32)}
     if "token_type_ids" in features[0]:
-        batch["token_type_ids"] = pad_to([f["token_type_ids"] for f in features], 0, seq_len)
-    return batch
+        fields["token_type_ids"] = pad_to([f["token_type_ids"] for f in features], 0, seq_len)
+    return fields

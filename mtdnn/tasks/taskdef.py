@@ -4,7 +4,7 @@ A task definition file has one top-level key, ``tasks``, mapping task names to d
 
     tasks:
       rte:
-        type: classification            # a key of mtdnn.tasks.types.TASK_TYPES: classification | regression | ranking
+        type: classification            # a registered task type (mtdnn.tasks.types.TASK_TYPES): classification, ...
         splits:
           train: {path: glue/RTE/train.tsv}          # relative to the data root (--data-dir), inside it
           dev:   {path: glue/RTE/dev.tsv}
@@ -101,7 +101,7 @@ class SplitSpec(_Strict):
 
     Exactly one of ``path`` (a file under the data root), ``hub``, ``carve`` or ``folds`` is given.
     ``format``: tsv, csv, jsonl, or for the token-level types ``conll`` (one token a line, its fields named by
-    ``columns``, :mod:`mtdnn.tasks.conll`) and ``squad`` (SQuAD v1.1 JSON, :mod:`mtdnn.tasks.squad`). ``header``: whether the first line names the columns; without one,
+    ``columns``, :mod:`mtdnn.tasktypes.tagging.conll`) and ``squad`` (SQuAD v1.1 JSON, :mod:`mtdnn.tasktypes.spans.squad`). ``header``: whether the first line names the columns; without one,
     ``columns`` names them. ``quoting``: ``none`` (GLUE tsv: a ``"`` is an ordinary character) or ``csv``
     (fields may be quoted); defaults to none for tsv and csv for csv. ``id``: a column holding each row's id
     (GLUE test ``index``); otherwise the 0-based row number is the id.
@@ -179,7 +179,7 @@ class HeadSpec(_Strict):
 
 
 class MaskingSpec(_Strict):
-    """How an ``mlm`` task masks its sequences (:mod:`mtdnn.tasks.masking`).
+    """How an ``mlm`` task masks its sequences (:mod:`mtdnn.tasktypes.mlm.masking`).
 
     ``strategy``: ``static`` (BERT), ``dynamic`` (RoBERTa), ``whole_word``, ``span`` (SpanBERT); ``rate``: the
     fraction of tokens predicted, in (0, 1) (0.15 in all three papers); ``seed``: fixes static and dev masks (and
@@ -198,7 +198,7 @@ class MaskingSpec(_Strict):
 
 
 class QASpec(_Strict):
-    """Windows and answer decoding of a ``span_extraction`` task (:mod:`mtdnn.tasks.token_features`,
+    """Windows and answer decoding of a ``span_extraction`` task (:mod:`mtdnn.tasktypes.spans.features`,
     :mod:`mtdnn.modeling.span_decoding`).
 
     ``doc_stride``: context pieces shared by consecutive windows (the fast tokenizer's ``stride``, as Hugging Face

@@ -1,9 +1,5 @@
-"""Batches of ``type: mlm``: masking (:mod:`.masking`) at collation, and what the MLM metrics compare.
-
-A batch has ``input_ids`` (masked) and ``attention_mask`` ``(n, seq_len)``, ``labels`` ``(n, seq_len)``: the
-original token where one is predicted, -100 elsewhere; ``head_inputs``: ``mlm_positions`` ``(n, seq_len)`` bool
-(= labels != -100) and, with ``sbo: true``, ``span_boundaries`` ``(m, 2)`` and ``span_offsets`` ``(m,)``.
-"""
+"""Batches of ``type: mlm`` (:class:`MlmBatch`): masking (:mod:`.masking`) at collation, and what the MLM metrics
+compare."""
 
 from __future__ import annotations
 
@@ -12,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ...errors import ConfigError
+from ...tasks.batch import Batch
 from ...tasks.padding import attention_mask, pad
 from .masking import IGNORE, mask_sequence, rng_for
 
@@ -19,8 +16,19 @@ if TYPE_CHECKING:
     from ...tasks.taskdef import TaskDef
 
 
+class MlmBatch(Batch):
+    """A batch of n packed sequences (see :class:`~mtdnn.tasks.batch.Batch` for the shared fields).
+
+    ``input_ids`` (masked) and ``attention_mask`` ``(n, seq_len)``; ``labels`` ``(n, seq_len)``: the original token
+    where one is predicted, -100 elsewhere; ``head_inputs``: ``mlm_positions`` ``(n, seq_len)`` bool (= labels !=
+    -100) and, with ``sbo: true``, ``span_boundaries`` ``(m, 2)`` (the positions just left and right of each
+    predicted token's span) and ``span_offsets`` ``(m,)`` (its position inside the span), m the predicted tokens in
+    row-major order.
+    """
+
+
 def collate_mlm(features: list[dict[str, Any]], task: TaskDef, pad_token_id: int, pad_to_multiple_of: int = 1,
-                tokenizer=None) -> dict:
+                tokenizer=None) -> MlmBatch:
     """Mask and pad a batch (see the module docstring). An item's ``epoch`` (training) selects its mask for
     ``dynamic``, ``whole_word`` and ``span``; without one (dev), and for ``static``, the mask is fixed by the seed.
 
@@ -51,11 +59,11 @@ def collate_mlm(features: list[dict[str, Any]], task: TaskDef, pad_token_id: int
                     offsets.append(i - start)
         head_inputs["span_boundaries"] = torch.tensor(boundaries, dtype=torch.long).view(-1, 2)
         head_inputs["span_offsets"] = torch.tensor(offsets, dtype=torch.long)
-    return {"task": task.name, "input_ids": input_ids,
-            "attention_mask": attention_mask([f["input_ids"] for f in features], input_ids.shape[1]),
-            "idx": torch.tensor([f["idx"] for f in features], dtype=torch.long),
-            "weight": torch.tensor([f.get("weight", 1.0) for f in features], dtype=torch.float32),
-            "labels": labels, "head_inputs": head_inputs}
+    return MlmBatch(task=task.name, input_ids=input_ids,
+                    attention_mask=attention_mask([f["input_ids"] for f in features], input_ids.shape[1]),
+                    idx=torch.tensor([f["idx"] for f in features], dtype=torch.long),
+                    weight=torch.tensor([f.get("weight", 1.0) for f in features], dtype=torch.float32),
+                    labels=labels, head_inputs=head_inputs)
 
 
 def masked_targets(outputs: torch.Tensor, labels: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor, ...]:

@@ -1,10 +1,6 @@
-"""Batches of sequence labelling, and what its metrics compare.
+"""Batches of sequence labelling (:class:`TaggingBatch`), and what its metrics compare.
 
-Items are rows of a tokenized split (see :mod:`.features` for their columns). A batch of n rows has
-``input_ids``/``attention_mask``/``token_type_ids`` ``(n, seq_len)`` int64 (right padding), ``idx`` ``(n,)`` the
-rows' positions in the split, ``weight`` ``(n,)`` (0 marks a DDP padding copy) and, when labelled, ``labels``
-``(n, seq_len)``: piece labels (-100 where ignored: pieces after a word's first, special tokens, padding).
-"""
+Items are rows of a tokenized split (see :mod:`.features` for their columns)."""
 
 from __future__ import annotations
 
@@ -12,16 +8,23 @@ from typing import Any
 
 import torch
 
-from ...tasks.padding import pad_to, piece_batch
+from ...tasks.batch import Batch
+from ...tasks.padding import pad_to, piece_fields
 from ...tasks.rows import IGNORE
 
 
+class TaggingBatch(Batch):
+    """A batch of n sentences (see :class:`~mtdnn.tasks.batch.Batch` for the shared fields): ``input_ids``/
+    ``attention_mask``/``token_type_ids`` ``(n, seq_len)`` int64 (right padding) and, when labelled, ``labels``
+    ``(n, seq_len)`` int64 piece labels (-100 where ignored: pieces after a word's first, special tokens, padding)."""
+
+
 def collate_tagging(features: list[dict[str, Any]], task_name: str, pad_token_id: int,
-                    pad_to_multiple_of: int = 1) -> dict:
-    """A sequence-labelling batch (see the module docstring)."""
-    batch = piece_batch(features, task_name, pad_token_id, pad_to_multiple_of)
+                    pad_to_multiple_of: int = 1) -> TaggingBatch:
+    """A sequence-labelling batch (see :class:`TaggingBatch`)."""
+    batch = TaggingBatch(**piece_fields(features, task_name, pad_token_id, pad_to_multiple_of))
     if "piece_labels" in features[0]:
-        batch["labels"] = pad_to([f["piece_labels"] for f in features], IGNORE, batch["input_ids"].shape[1])
+        batch.labels = pad_to([f["piece_labels"] for f in features], IGNORE, batch.input_ids.shape[1])
     return batch
 
 
