@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 from mtdnn.fileio import write_json_atomic  # noqa: E402
 from mtdnn.modeling.model import load_tokenizer  # noqa: E402
 from mtdnn.tasks.data import resolve_data_dir, tokenized_split  # noqa: E402
-from mtdnn.tasks.masking import mask_sequence, rng_for, words_of  # noqa: E402
+from mtdnn.tasktypes.mlm.masking import mask_sequence, rng_for, words_of  # noqa: E402
 from mtdnn.tasks.taskdef import load_task_defs, parse_tasks  # noqa: E402
 
 TASKS = ["rte", "mrpc", "stsb", "cola"]

@@ -13,7 +13,7 @@ from mtdnn.modeling.model import load_tokenizer
 from mtdnn.tasks.taskdef import load_task_defs
 from mtdnn.tasks.data import tokenized_split
 from mtdnn.modeling.metrics import build_metrics, attach_split, compute_metrics, update_metrics
-from mtdnn.tasks.token_batches import collate_spans
+from mtdnn.tasktypes.spans.batches import collate_spans
 tok = load_tokenizer('packaged-minilm')
 task = load_task_defs('task_defs/squad.yaml')['squad']
 t = time.time(); split = tokenized_split(task, 'dev', Path('/work/shared/data'), tok, use_cache=False)

@@ -38,6 +38,7 @@ Kaplan et al. 2020, with the attention term of the PaLM paper, appendix B). The 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -177,12 +178,16 @@ def bert_case(args, batch_size: int, encoder_dir: str, budget: Budget) -> dict:
               "padding_share": 1 - sum(map(sum, lengths)) / sum(b["attention_mask"].numel() for b in batches),
               "distinct_shapes": len({tuple(b["input_ids"].shape) for b in batches})}
 
-    def to_device(batch: dict) -> dict:
-        moved = {k: v.to(device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+    def tensors(batch, change):
+        """The batch (a :class:`~mtdnn.tasks.batch.Batch`) with ``change`` applied to its top-level tensors."""
+        return dataclasses.replace(batch, **{f.name: change(getattr(batch, f.name)) for f in dataclasses.fields(batch)
+                                             if isinstance(getattr(batch, f.name), torch.Tensor)})
+
+    def to_device(batch):
+        moved = tensors(batch, lambda v: v.to(device, non_blocking=True))
         return mark_shapes(moved, datamodule.mark_shapes) if datamodule.mark_shapes else moved
 
-    pinned = [{k: v.pin_memory() if isinstance(v, torch.Tensor) and device.type == "cuda" else v
-               for k, v in b.items()} for b in batches]
+    pinned = [tensors(b, lambda v: v.pin_memory()) if device.type == "cuda" else b for b in batches]
 
     # Compilation (and CUDA-graph recording) of every distinct shape, outside the timed runs.
     module.to(device).train()

@@ -2,7 +2,7 @@
 
 The subpackages follow the pipeline, and a lower stage never imports a higher one:
 task definitions, data and schedules (:mod:`mtdnn.tasks`) -> encoder, heads, losses and metrics
-(:mod:`mtdnn.modeling`) -> TrainConfig, Lightning module, Trainer, run directory and export
+(:mod:`mtdnn.modeling`) -> the task types, one class each (:mod:`mtdnn.tasktypes`) -> TrainConfig, Lightning module, Trainer, run directory and export
 (:mod:`mtdnn.training`) -> teachers, soft targets and student (:mod:`mtdnn.distillation`); evaluate, predict and
 transfer (:mod:`mtdnn.evaluation`). On top: the Python API (:mod:`mtdnn.api`, re-exported here and imported on
 first use, so ``import mtdnn`` stays light) and the command-line glue (:mod:`mtdnn.cli`); ``python -m
@@ -10,6 +10,8 @@ mtdnn.<command>`` runs each command.
 """
 
 __version__ = "0.1.0"
+
+from . import tasktypes  # noqa: E402,F401  fills the registry of task types (mtdnn.tasks.types) before any use; no torch
 
 _API = ("TrainConfig", "Run", "TrainedModel", "fit", "load", "build_teachers", "distill", "transfer")
 __all__ = list(_API)

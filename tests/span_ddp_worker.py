@@ -8,7 +8,7 @@ import torch.distributed as dist
 
 from mtdnn.modeling.model import load_tokenizer
 from mtdnn.modeling.token_metrics import SpanScores
-from mtdnn.tasks.token_batches import collate_spans
+from mtdnn.tasktypes.spans.batches import collate_spans
 
 
 def main(rank: int, world: int, init_file: str, encoder: str, out: str, count: int) -> None:

@@ -138,7 +138,7 @@ def test_accumulated_loss_normaliser_equals_one_big_batch(tiny_encoder, tokenize
         module._trainer = SimpleNamespace(world_size=1, accumulate_grad_batches=accumulation)
         for rows in groups:
             batch = collate([split[i] for i in rows], task, tokenizer.pad_token_id)
-            batch["global_examples"] = 8
+            batch.global_examples = 8
             (module.task_loss(batch, module(batch)) / accumulation).backward()  # Lightning divides by K
         module._trainer = None
         return {n: p.grad.clone() for n, p in module.named_parameters() if p.grad is not None}

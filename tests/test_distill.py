@@ -117,6 +117,7 @@ def test_student_batches_carry_the_soft_targets_of_their_rows(data_dir, tokenize
 
 def test_distillation_module_uses_soft_targets_on_distill_tasks_only(tiny_encoder):
     from mtdnn.distillation.student import DistillationModule
+    from mtdnn.tasks.batch import Batch
     from mtdnn.tasks.taskdef import load_task_defs, select_tasks
 
     tasks = select_tasks(load_task_defs(GLUE), ["rte", "stsb"], GLUE)
@@ -124,14 +125,19 @@ def test_distillation_module_uses_soft_targets_on_distill_tasks_only(tiny_encode
                                 temperature=2.0, alpha=0.25)
     torch.manual_seed(0)
     s, z, y, w = torch.randn(4, 2), torch.randn(4, 3, 2), torch.tensor([0, 1, 1, 0]), torch.tensor([1.0, 1, 1, 0])
-    loss = module.task_loss({"task": "rte", "weight": w, "labels": y, "teacher_logits": z}, s)
+    def batch(task, weight, labels, teacher_logits=None):
+        ids = torch.zeros(len(weight), 1, dtype=torch.long)
+        return Batch(task=task, input_ids=ids, attention_mask=ids, idx=torch.arange(len(weight)), weight=weight,
+                     labels=labels, teacher_logits=teacher_logits)
+
+    loss = module.task_loss(batch("rte", w, y, z), s)
     assert loss.item() == pytest.approx(distillation_cross_entropy(s, z, y, w, 3.0, 2.0, 0.25).item(), abs=1e-6)
     assert loss.item() != pytest.approx(F.cross_entropy(s[:3], y[:3]).item(), abs=1e-3)
     scores, gold = torch.randn(4), torch.rand(4) * 5  # a gold task: its own loss, no teachers
-    assert module.task_loss({"task": "stsb", "weight": torch.ones(4), "labels": gold}, scores).item() == \
+    assert module.task_loss(batch("stsb", torch.ones(4), gold), scores).item() == \
         pytest.approx(F.mse_loss(scores, gold).item(), abs=1e-6)
     with pytest.raises(RuntimeError, match="no teacher_logits"):
-        module.task_loss({"task": "rte", "weight": w, "labels": y}, s)
+        module.task_loss(batch("rte", w, y), s)
     assert dict(module.hparams)["distill_tasks"] == ["rte"] and module.hparams.temperature == 2.0
 
 

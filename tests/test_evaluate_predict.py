@@ -188,6 +188,7 @@ def test_tsv_lines_quote_tabs_line_breaks_and_quotes_only():
     from types import SimpleNamespace
 
     from mtdnn.evaluation.token_predict import format_rows
+    from mtdnn.tasks.types import TASK_TYPES
 
     fields = ["plain", "a\tb", "c\nd", "e\rf", 'say "hi"', 3, 0.25]
     line = predict_lib.tsv_line(fields)
@@ -195,11 +196,11 @@ def test_tsv_lines_quote_tabs_line_breaks_and_quotes_only():
     assert next(csv.reader(io.StringIO(line, newline=""), dialect="excel-tab")) == [str(f) for f in fields]
     assert predict_lib.tsv_line(["id", "prediction"]) == "id\tprediction\n"
     answer = {"id": "q1", "answer": 'the "old"\tkeeper\nof', "start": 4, "end": 26}
-    text = format_rows(SimpleNamespace(type="span_extraction"), [answer], "tsv")
+    text = format_rows(SimpleNamespace(type="span_extraction", kind=TASK_TYPES["span_extraction"]), [answer], "tsv")
     assert list(csv.reader(io.StringIO(text, newline=""), dialect="excel-tab")) == [
         ["id", "prediction", "start", "end"], ["q1", answer["answer"], "4", "26"]]
     tagged = {"id": "a\tb", "entities": [{"type": "PER", "start": 0, "end": 6}]}
-    text = format_rows(SimpleNamespace(type="sequence_labelling"), [tagged], "tsv")
+    text = format_rows(SimpleNamespace(type="sequence_labelling", kind=TASK_TYPES["sequence_labelling"]), [tagged], "tsv")
     assert text == 'id\tprediction\n"a\tb"\tPER:0-6\n'
 
 

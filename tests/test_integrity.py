@@ -525,8 +525,8 @@ def test_long_values_are_quoted_by_a_prefix(tmp_path, fmt, content):
 
 
 def test_conll_and_squad_messages_quote_a_prefix(tmp_path):
-    from mtdnn.tasks.conll import read_conll
-    from mtdnn.tasks.squad import parse_squad
+    from mtdnn.tasktypes.tagging.conll import read_conll
+    from mtdnn.tasktypes.spans.squad import parse_squad
 
     (tmp_path / "a.conll").write_text("w\tO\n" + "tok " * 50_000 + "SECRET\n")
     with pytest.raises(DataError, match="line 2: task 't': expected 2 fields") as err:

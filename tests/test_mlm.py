@@ -10,7 +10,7 @@ import torch.nn.functional as F
 import yaml
 
 from mtdnn.errors import ConfigError, run_cli
-from mtdnn.tasks.masking import IGNORE, choose_spans, mask_sequence, rng_for, span_length_probabilities, words_of
+from mtdnn.tasktypes.mlm.masking import IGNORE, choose_spans, mask_sequence, rng_for, span_length_probabilities, words_of
 from mtdnn.tasks.taskdef import parse_tasks
 
 TEXTS = "a\tb\nthe quick brown fox jumps over the lazy dog\tunbelievably, tokenization splits words\n" \

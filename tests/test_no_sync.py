@@ -25,6 +25,7 @@ GLUE = str(ROOT / "task_defs" / "glue.yaml")
 
 def tiny_module_and_batches(encoder: str, steps: int):
     """A one-task (RTE) MultiTaskModule and ``steps`` random batches of 8 rows, as the scheduled loader gives them."""
+    from mtdnn.tasks.batch import Batch
     from mtdnn.tasks.taskdef import load_task_defs
     from mtdnn.training.module import MultiTaskModule
 
@@ -36,9 +37,9 @@ def tiny_module_and_batches(encoder: str, steps: int):
         ids = torch.randint(1000, 2000, (8, 24))
         mask = torch.ones_like(ids)
         mask[4:, 16:] = 0
-        batches.append({"task": "rte", "input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids),
-                        "labels": torch.randint(0, 2, (8,)), "weight": torch.ones(8), "examples": 8,
-                        "global_examples": 8})
+        batches.append(Batch(task="rte", input_ids=ids, attention_mask=mask, token_type_ids=torch.zeros_like(ids),
+                             idx=torch.arange(8), labels=torch.randint(0, 2, (8,)), weight=torch.ones(8), examples=8,
+                             global_examples=8))
     return module, torch.utils.data.DataLoader(batches, batch_size=None)
 
 

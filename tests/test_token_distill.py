@@ -18,7 +18,7 @@ from mtdnn.distillation.pieces import MASKED, PieceOutputs, pieces_digest
 from mtdnn.errors import run_cli
 from mtdnn.modeling.losses import DISTILLATION_LOSSES
 from mtdnn.modeling.token_heads import span_distillation_loss, token_distillation_loss
-from mtdnn.tasks.token_features import IGNORE
+from mtdnn.tasks.rows import IGNORE
 
 TASK_DEFS = """
 tasks:

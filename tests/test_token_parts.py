@@ -17,10 +17,12 @@ from mtdnn.modeling.squad_metrics import exact_match, f1, normalize_answer, squa
 from mtdnn.modeling.token_heads import (SpanExtractionHead, TokenClassificationHead, span_cross_entropy,
                                         token_cross_entropy_per_piece,
                                         span_distillation_loss, token_cross_entropy, token_distillation_loss)
-from mtdnn.tasks.conll import check_tag_set, read_conll
-from mtdnn.tasks.squad import carve_articles, parse_squad, read_squad
-from mtdnn.tasks.token_features import (IGNORE, align_labels, answer_positions, pre_tokenize, tokenize_qa,
-                                        tokenize_sentences, word_predictions)
+from mtdnn.tasks.data import carve_articles
+from mtdnn.tasks.rows import IGNORE
+from mtdnn.tasktypes.spans.features import answer_positions, tokenize_qa
+from mtdnn.tasktypes.spans.squad import parse_squad, read_squad
+from mtdnn.tasktypes.tagging.conll import check_tag_set, read_conll
+from mtdnn.tasktypes.tagging.features import align_labels, pre_tokenize, tokenize_sentences, word_predictions
 
 TAGS = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
 
@@ -117,7 +119,7 @@ def test_article_carve_is_seeded_and_sized():
 
 
 def test_word_labels_go_on_the_first_piece(tokenizer):
-    from mtdnn.tasks.conll import TaggedSentence
+    from mtdnn.tasktypes.tagging.conll import TaggedSentence
 
     sentence = TaggedSentence("0", 1, ["Peter", "Blackburnish", "\u200b", "lives"], [1, 2, 0, 0])
     columns = tokenize_sentences([sentence], tokenizer, max_length=32)
@@ -178,7 +180,7 @@ def test_pre_tokenize_gives_words_with_character_offsets(tokenizer):
 
 
 def test_windows_with_an_answer_across_a_window_edge(tokenizer):
-    from mtdnn.tasks.squad import Answer, QAExample
+    from mtdnn.tasktypes.spans.squad import Answer, QAExample
 
     words = [f"w{i}" for i in range(120)]
     context = " ".join(words)
@@ -207,7 +209,7 @@ def test_windows_with_an_answer_across_a_window_edge(tokenizer):
 def test_limits_and_counts_of_a_windowed_split_are_questions(tokenizer):
     """--limit-*-examples keeps every window of the first N questions; evaluate counts questions, not windows."""
     from mtdnn.tasks.data import TokenizedSplit
-    from mtdnn.tasks.squad import Answer, QAExample
+    from mtdnn.tasktypes.spans.squad import Answer, QAExample
 
     long_context = " ".join(f"w{i}" for i in range(120))
     examples = [QAExample(q, "where is it?", long_context if q != "b" else "w1 w2 w3", [Answer("w1", 0)])
@@ -505,7 +507,7 @@ class Rows:
 
 
 def tagging_split(tokenizer):
-    from mtdnn.tasks.conll import TaggedSentence
+    from mtdnn.tasktypes.tagging.conll import TaggedSentence
 
     sentences = [TaggedSentence("0", 1, ["Peter", "Blackburnish", "lives"], [1, 2, 0]),
                  TaggedSentence("1", 5, ["in", "Brussels"], [0, 3])]
@@ -514,8 +516,8 @@ def tagging_split(tokenizer):
 
 def test_tagging_batch_and_scores_from_logits(tokenizer):
     from mtdnn.modeling.token_metrics import TaggingScores
-    from mtdnn.tasks.token import first_piece_tags
-    from mtdnn.tasks.token_batches import collate_tagging
+    from mtdnn.tasktypes.tagging.batches import first_piece_tags
+    from mtdnn.tasktypes.tagging.batches import collate_tagging
 
     split = tagging_split(tokenizer)
     batch = collate_tagging([split[0], split[1]], "ner", tokenizer.pad_token_id)
@@ -540,7 +542,7 @@ def test_tagging_batch_and_scores_from_logits(tokenizer):
 
 
 def qa_split(tokenizer, max_length=40, doc_stride=12):
-    from mtdnn.tasks.squad import Answer, QAExample
+    from mtdnn.tasktypes.spans.squad import Answer, QAExample
 
     words = [f"w{i}" for i in range(60)]
     context = " ".join(words)
@@ -559,7 +561,7 @@ def oracle_logits(batch):
 
 def test_span_scores_over_windows_in_separate_batches(tokenizer):
     from mtdnn.modeling.token_metrics import SpanScores
-    from mtdnn.tasks.token_batches import collate_spans
+    from mtdnn.tasktypes.spans.batches import collate_spans
 
     split = qa_split(tokenizer)
     assert len(split) >= 3
@@ -582,7 +584,7 @@ def test_span_scores_gather_every_window_across_more_ranks_than_windows(tmp_path
     from pathlib import Path
 
     from mtdnn.modeling.token_metrics import SpanScores
-    from mtdnn.tasks.token_batches import collate_spans
+    from mtdnn.tasktypes.spans.batches import collate_spans
 
     split = qa_split(tokenizer)
     count = count or len(split)

@@ -121,7 +121,8 @@ def test_the_reference_trains_on_the_toolkit_s_own_pieces_and_windows(small_data
 
     from mtdnn.tasks.data import load_split
     from mtdnn.tasks.taskdef import load_task_defs
-    from mtdnn.tasks.token_features import tokenize_qa, tokenize_sentences
+    from mtdnn.tasktypes.spans.features import tokenize_qa
+    from mtdnn.tasktypes.tagging.features import tokenize_sentences
 
     root, squad_defs = small_data
     conll = load_task_defs(ROOT / "task_defs" / "ner.yaml")["conll2003"]

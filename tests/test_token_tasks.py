@@ -174,7 +174,7 @@ def test_predict_tags_the_words_past_max_length_as_it_tags_them_alone(trained, c
     are those of its words predicted alone, and every offset indexes the original text."""
     from mtdnn import predict
     from mtdnn.evaluation.token_predict import word_chunks
-    from mtdnn.tasks.token_features import pre_tokenize
+    from mtdnn.tasktypes.tagging.features import pre_tokenize
     from mtdnn.training.export import load_export
 
     base, data, task_defs, run_dir = trained

@@ -151,7 +151,7 @@ class SoftTargetCollator:
         batch = self.base(features)
         task_index = features[0].get("task_index", 0)
         if task_index in self.teacher_logits:
-            batch["teacher_logits"] = self.teacher_logits[task_index].for_batch(batch)
+            batch.teacher_logits = self.teacher_logits[task_index].for_batch(batch)
         return batch
 
 
@@ -219,21 +219,21 @@ class DistillationModule(MultiTaskModule):
     def forward(self, batch: dict) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Training batches of distill tasks: ``(outputs, tempered)`` at the temperature (see
         :meth:`mtdnn.modeling.model.MultiTaskModel.forward`); otherwise the outputs."""
-        if not (self.training and batch["task"] in self.hparams.distill_tasks):
+        if not (self.training and batch.task in self.hparams.distill_tasks):
             return super().forward(batch)
-        return self.model(batch["task"], batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"),
-                          batch.get("head_inputs"), temperature=self.hparams.temperature)
+        return self.model(batch.task, batch.input_ids, batch.attention_mask, batch.token_type_ids, batch.head_inputs,
+                          temperature=self.hparams.temperature)
 
     def task_loss(self, batch: dict, outputs) -> torch.Tensor:
-        if batch["task"] not in self.hparams.distill_tasks:
+        if batch.task not in self.hparams.distill_tasks:
             return super().task_loss(batch, outputs)
         outputs, tempered = outputs if isinstance(outputs, tuple) else (outputs, None)
-        if "teacher_logits" not in batch:
-            raise RuntimeError(f"a batch of distill task '{batch['task']}' has no teacher_logits "
+        if batch.teacher_logits is None:
+            raise RuntimeError(f"a batch of distill task '{batch.task}' has no teacher_logits "
                                "(use DistillationDataModule)")
-        task = self.task_defs[batch["task"]]
+        task = self.task_defs[batch.task]
         # The normaliser of MultiTaskModule.task_loss: global real examples / world size (see mtdnn.modeling.losses).
-        loss = DISTILLATION_LOSSES[task.loss_name](outputs, batch["teacher_logits"], batch["labels"], batch["weight"],
+        loss = DISTILLATION_LOSSES[task.loss_name](outputs, batch.teacher_logits, batch.labels, batch.weight,
                                                    self.loss_normalizer(batch), self.hparams.temperature,
                                                    self.hparams.alpha, student_tempered=tempered)
         return task.loss_weight * loss

@@ -32,13 +32,13 @@ def evaluation_splits(loaded, names: list[str] | None, split: str, data_dir: Pat
     from ..tasks.data import tokenized_split
 
     if names is None:  # every task with the split and with labels (an mlm task has none)
-        names = [n for n, t in loaded.tasks.items() if split in t.splits and t.task_type.parse_label is not None]
+        names = [n for n, t in loaded.tasks.items() if split in t.splits and t.kind.labelled]
         if not names:
             raise DataError(f"{loaded.model_dir}: none of its tasks ({', '.join(loaded.tasks)}) has a split '{split}'")
     splits = {}
     for name in names:
         task = loaded.task(name)
-        if task.task_type.parse_label is None:
+        if not task.kind.labelled:
             raise ConfigError(f"--tasks: task '{name}' is a {task.type} task, which has no labels to evaluate (its "
                               f"dev metrics, {', '.join(task.metric_names)}, are computed during training)")
         tokenized = tokenized_split(task, split, data_dir, loaded.tokenizer, loaded.max_length)

@@ -53,7 +53,7 @@ def input_columns(task: TaskDef) -> list[str]:
 def make_example(task: TaskDef, fields: list[str], example_id: str, line: int) -> Example:
     """An unlabelled :class:`~mtdnn.tasks.data.Example` from fields in :func:`input_columns` order (the type's
     ``make_examples``)."""
-    [example] = task.task_type.make_examples(task, dict(zip(input_columns(task), fields)), line)
+    [example] = task.kind.make_examples(task, dict(zip(input_columns(task), fields)), line)
     example.id = example_id
     return example
 
@@ -195,7 +195,7 @@ def format_predictions(task: TaskDef, ids: list[str], predictions: list[dict], f
     """
     if fmt == "glue":
         lo, hi = GLUE_SCORE_RANGE
-        shown = [f"{min(max(p['prediction'], lo), hi):.3f}" if task.type == "regression"
+        shown = [f"{min(max(p['prediction'], lo), hi):.3f}" if task.kind.predicts_scores
                  else f"{p['prediction']:.3f}" if isinstance(p["prediction"], float) else str(p["prediction"])
                  for p in predictions]
         return tsv_line(["index", "prediction"]) + "".join(tsv_line([i, s]) for i, s in zip(ids, shown))

@@ -1,7 +1,7 @@
 """``mtdnn.predict`` for the token-level task types: entities in raw text, answers to questions about a context.
 
 Sequence labelling: raw text is split into words by the encoder's own pre-tokenizer
-(:func:`mtdnn.tasks.token_features.pre_tokenize`; for BERT's WordPiece, whitespace and punctuation), each word
+(:func:`mtdnn.tasktypes.tagging.features.pre_tokenize`; for BERT's WordPiece, whitespace and punctuation), each word
 keeps its character offsets; a word's tag is the argmax at its first piece. A text (or a split's sentence)
 longer than the model's max length is predicted in consecutive chunks of whole words that each fit
 (:func:`word_chunks`), so that every word gets a prediction; dev scoring (training, ``mtdnn.evaluate``) still
@@ -32,17 +32,17 @@ import torch
 from ..errors import DataError
 from ..modeling.entity_metrics import entities
 from ..modeling.span_decoding import decode_spans
-from ..tasks.conll import TaggedSentence
 from ..tasks.data import TokenizedSplit
-from ..tasks.squad import QAExample
 from ..tasks.taskdef import TaskDef
-from ..tasks.token_features import pre_tokenize, word_predictions
+from ..tasktypes.spans.squad import QAExample
+from ..tasktypes.tagging.conll import TaggedSentence
+from ..tasktypes.tagging.features import pre_tokenize, word_predictions
 from .predict import raw_rows, read_lines, tsv_line
 
 
 def raw_columns(task: TaskDef) -> list[str]:
     """The fields of one raw example: ``text`` (sequence labelling) or ``question``, ``context`` (QA)."""
-    return ["text"] if task.type == "sequence_labelling" else ["question", "context"]
+    return list(task.kind.raw_fields)
 
 
 def raw_record(where: str, row_id: str, columns: list[str], fields: list[str]) -> dict:
@@ -206,7 +206,7 @@ def format_rows(task: TaskDef, rows: list[dict], fmt: str) -> str:
     :func:`mtdnn.evaluation.predict.tsv_line`)."""
     if fmt == "jsonl":
         return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
-    if task.type == "sequence_labelling":
+    if task.kind.prediction_unit == "entities":
         lines = [tsv_line(["id", "prediction"])] + [
             tsv_line([r["id"], " ".join(f"{e['type']}:{e['start']}-{e['end']}" for e in r["entities"])]) for r in rows]
     else:
@@ -234,7 +234,7 @@ def predict_token_task(args, loaded, task: TaskDef, device: str) -> tuple[str, i
         records = None
     else:
         records = read_raw(args, task)
-    if task.type == "sequence_labelling":
+    if task.kind.prediction_unit == "entities":
         if records is None:  # a split's rows are words already: offsets into the words joined by single spaces
             ids, texts, words = [ex.id for ex in examples], [" ".join(ex.words) for ex in examples], []
             for ex in examples:

@@ -100,7 +100,7 @@ def resolve_pooling(tasks: dict[str, TaskDef], encoder: nn.Module) -> dict[str, 
 
 class TaskHead(nn.Module):
     """Pooling -> dropout -> linear layer for one task (see the module docstring for output shapes); the type's
-    :attr:`~mtdnn.tasks.types.TaskType.head_outputs` shapes the result. ``task.head.pooling`` must be set (see
+    ``head_outputs`` (:class:`~mtdnn.tasks.types.TaskKind`) shapes the result. ``task.head.pooling`` must be set (see
     :func:`resolve_pooling`)."""
 
     def __init__(self, task: TaskDef, hidden_size: int):
@@ -120,7 +120,7 @@ class TaskHead(nn.Module):
         """The task's outputs; with ``temperature`` T, ``(outputs, outputs / T)`` (what distillation compares
         with the soft targets, see :class:`mtdnn.modeling.san.SanHead` for a head where it differs)."""
         x = self.out(self.dropout(pool(hidden, attention_mask, pooled, self.pooling)))
-        out = self.task.task_type.head_outputs(self.task, x)
+        out = self.task.kind.head_outputs(self.task, x)
         return out if temperature is None else (out, out.float() / temperature)
 
 

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..tasks.token_features import IGNORE
+from ..tasks.rows import IGNORE
 
 MASKED = -1e4  # logit of padding positions (finite, so float16 and soft cross-entropy stay finite)
 

@@ -14,6 +14,7 @@ malformed row can be named exactly. ``datasets`` stores and memory-maps the toke
 from __future__ import annotations
 
 import csv
+import dataclasses
 import hashlib
 import json
 import logging
@@ -29,6 +30,7 @@ import torch
 
 from ..errors import ConfigError, DataError, UserError
 from ..fileio import file_digest, quote_names, quote_prefix, undecodable_at
+from .batch import Batch
 from .rows import LABELLED_SPLITS, Example
 from .taskdef import SplitSpec, TaskDef
 
@@ -204,7 +206,7 @@ def _build_examples(task: TaskDef, split: str, source: str, columns: list[str], 
                     dropped: list[int] | None = None) -> list[Example]:
     """Parse rows into examples; rows whose label is in ``task.drop_labels`` are left out (their lines are
     appended to ``dropped`` when given)."""
-    kind = task.task_type
+    kind = task.kind
     needed = list(task.text) + list(task.candidates or [])
     spec = task.splits[split]
     for col in needed + ([spec.id] if spec.id else []):
@@ -326,8 +328,8 @@ def _read_source(task: TaskDef, split: str, data_dir: Path) -> RawSplit:
     else:
         path = _file_path(task, split, data_dir)
         source, digest = str(path), _file_digest(path)
-        if task.task_type.read_file is not None:  # conll, squad: whole files (mtdnn.tasks.token)
-            return RawSplit(task.name, split, source, digest, task.task_type.read_file(task, split, path))
+        if task.kind.read_file is not None:  # conll, squad: whole files (mtdnn.tasktypes.tagging, .spans)
+            return RawSplit(task.name, split, source, digest, task.kind.read_file(task, split, path))
         columns, rows = _read_table(path, spec)
     dropped: list[int] = []
     examples = _build_examples(task, split, source, columns, rows, dropped)
@@ -342,14 +344,25 @@ def _carve(examples: list, carve, source: str, task: str) -> list[int]:
     of the first ``size`` articles of a seeded permutation of a SQuAD file's articles."""
     if carve.by == "row":
         return _carved_positions(len(examples), carve.size, carve.seed, source, task)
-    from .squad import carve_articles
-
     articles = max(ex.article for ex in examples) + 1
     try:
         chosen = set(carve_articles(articles, carve.size, carve.seed))
     except DataError as err:
         raise DataError(f"{source}: task '{task}', {err}") from None
     return [i for i, ex in enumerate(examples) if ex.article in chosen]
+
+
+def carve_articles(num_articles: int, size: int, seed: int) -> list[int]:
+    """The articles (0-based, sorted) of a seeded carve: the first ``size`` of ``randperm(num_articles, seed)``.
+
+    Raises:
+        DataError: ``size`` is not below the number of articles.
+    """
+    if size >= num_articles:
+        raise DataError(f"field 'carve.size': {size} articles is not below the {num_articles} articles it carves from")
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randperm(num_articles, generator=generator)[:size].sort().values.tolist()
+
 
 
 def _carved_positions(n: int, size: int, seed: int, source: str, task: str) -> list[int]:
@@ -411,6 +424,17 @@ def load_split(task: TaskDef, split: str, data_dir: Path) -> RawSplit:
     return raw
 
 
+def article_lists(tasks: dict, data_dir) -> dict[str, dict[str, list[str]]]:
+    """For every task with a split carved by article: ``{task: {split: [article titles]}}`` of its labelled
+    splits (what a run writes to ``carves.json``); empty when no task carves by article."""
+    lists = {}
+    for name, task in tasks.items():
+        if any(spec.carve is not None and spec.carve.by == "article" for spec in task.splits.values()):
+            lists[name] = {split: list(dict.fromkeys(ex.title for ex in load_split(task, split, data_dir).examples))
+                           for split in ("train", "dev") if split in task.splits}
+    return lists
+
+
 def check_files(task: TaskDef, splits: Sequence[str], data_dir: Path) -> None:
     """Fail early if a split is undefined or its file is missing (no parsing).
 
@@ -436,22 +460,18 @@ def check_max_length(task: TaskDef, tokenizer, max_length: int | None, source: s
 
     Raises:
         ConfigError: ``max_length`` leaves no room for the special tokens and one token of each text, or (span
-            extraction) for a window's ``qa.doc_stride`` (see :func:`mtdnn.tasks.token_features.check_window_settings`).
+            extraction) for a window's ``qa.doc_stride`` (the type's :meth:`~mtdnn.tasks.types.TaskKind.check_max_length`).
     """
     from ..errors import ConfigError
 
-    pair = len(task.text) > 1 or task.type == "ranking"
+    pair = task.kind.encodes_pairs(task)
     needed = tokenizer.num_special_tokens_to_add(pair=pair) + (2 if pair else 1)
     value = max_length or task.max_length
     if value < needed:
         raise ConfigError(f"{source}: max length {value} is too short for task '{task.name}': the tokenizer needs "
                           f"at least {needed} tokens to truncate {'a pair' if pair else 'a text'} "
                           f"({needed - (2 if pair else 1)} special tokens and one token of each text)")
-    from .token_features import stride_fits
-
-    if task.type == "span_extraction" and not stride_fits(value, task.qa_spec.doc_stride):
-        raise ConfigError(f"{source}: max length {value} is too short for task '{task.name}': its field "
-                          f"'qa.doc_stride' {task.qa_spec.doc_stride} must be below max length - 8 = {value - 8}")
+    task.kind.check_max_length(task, value, source)
 
 
 def tokenizer_fingerprint(tokenizer) -> str:
@@ -549,9 +569,9 @@ class TokenizedSplit(torch.utils.data.Dataset):
 
 
 def _tokenize(raw: RawSplit, task: TaskDef, tokenizer, max_length: int) -> dict[str, list]:
-    """The type's tokenization (:attr:`mtdnn.tasks.types.TaskType.tokenize`) plus the ``id`` and ``label`` columns."""
+    """The type's tokenization (:meth:`mtdnn.tasks.types.TaskKind.tokenize`) plus the ``id`` and ``label`` columns."""
     exs = raw.examples
-    columns = {"id": [ex.id for ex in exs], **task.task_type.tokenize(exs, task, tokenizer, max_length)}
+    columns = {"id": [ex.id for ex in exs], **task.kind.tokenize(exs, task, tokenizer, max_length)}
     # (a type that packs several examples into one sequence, mlm, gives its own "id" column)
     if raw.labelled:
         columns["label"] = [ex.label for ex in exs]
@@ -577,8 +597,7 @@ def _cache_key(digest: str, task: TaskDef, split: str, tokenizer, max_length: in
         parse_rules["drop_labels"] = task.drop_labels
     if task.head.type:  # a head may need its own columns (SAN: sequence_ids); only when set, as above
         parse_rules["head"] = task.head.type
-    if task.type == "span_extraction":  # the windows depend on the stride
-        parse_rules["doc_stride"] = task.qa_spec.doc_stride
+    parse_rules.update(task.kind.cache_rules(task))  # span extraction: the windows depend on the stride
     payload = json.dumps({"v": CACHE_VERSION, "digest": digest, "rules": parse_rules, "max_length": max_length,
                           "tokenizer": tokenizer_fingerprint(tokenizer)}, sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:24]
@@ -707,31 +726,32 @@ def tokenized_split(task: TaskDef, split: str, data_dir: Path, tokenizer, max_le
 
 
 def collate(features: list[dict[str, Any]], task: TaskDef, pad_token_id: int, pad_to_multiple_of: int = 1,
-            tokenizer=None, padding_side: str = "right") -> dict:
+            tokenizer=None, padding_side: str = "right") -> Batch:
     """Pad a list of items from :class:`TokenizedSplit` into a batch for ``task`` (dynamic padding), with the
-    type's collation (:attr:`mtdnn.tasks.types.TaskType.collate`). ``padding_side``: the tokenizer's; ``left``
+    type's collation (:meth:`mtdnn.tasks.types.TaskKind.collate`). ``padding_side``: the tokenizer's; ``left``
     moves every row's padding before its tokens (:func:`pad_left`; XLNet, whose summary token <cls> then sits in
     the last position of every row).
 
-    Returns a dict with ``task`` (name), ``input_ids``, ``attention_mask`` and, if present, ``token_type_ids``,
-    each ``(batch * num_candidates, seq_len)`` int64 with ``seq_len`` the longest sequence rounded up to
-    ``pad_to_multiple_of``; ``idx`` ``(batch,)`` row positions; ``weight`` ``(batch,)`` float32 (0 masks an
-    example out of loss and metrics: used for DDP padding); ``labels`` ``(batch,)`` (int64 class or candidate
-    index, or float32 score) when the split is labelled; ``head_inputs``, a dict of tensors the head needs
-    beyond the encoder's output (e.g. SAN's ``sequence_ids``), when the type has any. ``tokenizer``: needed by
-    types that change tokens when collating (``mlm`` masks them; :mod:`mtdnn.tasks.mlm` gives its batch).
+    Returns the type's :class:`~mtdnn.tasks.batch.Batch`: ``task`` (name), ``input_ids``, ``attention_mask`` and, if
+    present, ``token_type_ids``, each ``(batch * num_candidates, seq_len)`` int64 with ``seq_len`` the longest
+    sequence rounded up to ``pad_to_multiple_of``; ``idx`` ``(batch,)`` row positions; ``weight`` ``(batch,)``
+    float32 (0 masks an example out of loss and metrics: used for DDP padding); ``labels`` (the type's shape:
+    ``(batch,)`` int64 class or candidate index, or float32 score, for the sentence-level types) when the split is
+    labelled; ``head_inputs``, a dict of tensors the head needs beyond the encoder's output (e.g. SAN's
+    ``sequence_ids``), when the type has any. ``tokenizer``: needed by
+    types that change tokens when collating (``mlm`` masks them; :mod:`mtdnn.tasktypes.mlm` gives its batch).
     """
-    batch = task.task_type.collate(features, task, pad_token_id, pad_to_multiple_of, tokenizer)
+    batch = task.kind.collate(features, task, pad_token_id, pad_to_multiple_of, tokenizer)
     if padding_side not in ("right", "left"):
         raise ValueError(f"padding_side must be right or left (got {padding_side!r})")
     return pad_left(batch) if padding_side == "left" else batch
 
 
-def pad_left(batch: dict) -> dict:
+def pad_left(batch: Batch) -> Batch:
     """A right-padded batch padded on the left instead: each row of every token-aligned tensor
     ``(rows, seq_len, ...)`` (``input_ids``, ``attention_mask``, ``token_type_ids``, token-aligned ``head_inputs``
     and labels) is rolled right by its padding, ``seq_len - attention_mask[row].sum()``."""
-    mask = batch["attention_mask"]
+    mask = batch.attention_mask
     rows, seq_len = mask.shape
     shift = seq_len - mask.sum(1)
     index = (torch.arange(seq_len).unsqueeze(0) - shift.unsqueeze(1)) % seq_len  # (rows, seq_len): source column
@@ -744,4 +764,4 @@ def pad_left(batch: dict) -> dict:
             return {k: roll(v) for k, v in value.items()}
         return value
 
-    return {k: roll(v) for k, v in batch.items()}
+    return dataclasses.replace(batch, **{f.name: roll(getattr(batch, f.name)) for f in dataclasses.fields(batch)})

@@ -4,7 +4,7 @@ A task definition file has one top-level key, ``tasks``, mapping task names to d
 
     tasks:
       rte:
-        type: classification            # a key of mtdnn.tasks.types.TASK_TYPES: classification | regression | ranking
+        type: classification            # a registered task type (mtdnn.tasks.types.TASK_TYPES): classification, ...
         splits:
           train: {path: glue/RTE/train.tsv}          # relative to the data root (--data-dir), inside it
           dev:   {path: glue/RTE/dev.tsv}
@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ..errors import ConfigError
 from ..fileio import quote_prefix, read_yaml
-from .types import TASK_TYPES, TaskType
+from .types import TASK_TYPES, TaskKind
 
 
 MAX_LENGTH_RANGE = (8, 4096)
@@ -101,7 +101,7 @@ class SplitSpec(_Strict):
 
     Exactly one of ``path`` (a file under the data root), ``hub``, ``carve`` or ``folds`` is given.
     ``format``: tsv, csv, jsonl, or for the token-level types ``conll`` (one token a line, its fields named by
-    ``columns``, :mod:`mtdnn.tasks.conll`) and ``squad`` (SQuAD v1.1 JSON, :mod:`mtdnn.tasks.squad`). ``header``: whether the first line names the columns; without one,
+    ``columns``, :mod:`mtdnn.tasktypes.tagging.conll`) and ``squad`` (SQuAD v1.1 JSON, :mod:`mtdnn.tasktypes.spans.squad`). ``header``: whether the first line names the columns; without one,
     ``columns`` names them. ``quoting``: ``none`` (GLUE tsv: a ``"`` is an ordinary character) or ``csv``
     (fields may be quoted); defaults to none for tsv and csv for csv. ``id``: a column holding each row's id
     (GLUE test ``index``); otherwise the 0-based row number is the id.
@@ -179,7 +179,7 @@ class HeadSpec(_Strict):
 
 
 class MaskingSpec(_Strict):
-    """How an ``mlm`` task masks its sequences (:mod:`mtdnn.tasks.masking`).
+    """How an ``mlm`` task masks its sequences (:mod:`mtdnn.tasktypes.mlm.masking`).
 
     ``strategy``: ``static`` (BERT), ``dynamic`` (RoBERTa), ``whole_word``, ``span`` (SpanBERT); ``rate``: the
     fraction of tokens predicted, in (0, 1) (0.15 in all three papers); ``seed``: fixes static and dev masks (and
@@ -198,7 +198,7 @@ class MaskingSpec(_Strict):
 
 
 class QASpec(_Strict):
-    """Windows and answer decoding of a ``span_extraction`` task (:mod:`mtdnn.tasks.token_features`,
+    """Windows and answer decoding of a ``span_extraction`` task (:mod:`mtdnn.tasktypes.spans.features`,
     :mod:`mtdnn.modeling.span_decoding`).
 
     ``doc_stride``: context pieces shared by consecutive windows (the fast tokenizer's ``stride``, as Hugging Face
@@ -262,9 +262,9 @@ class TaskDef(_Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> "TaskDef":
-        kind = self.task_type
+        kind = self.kind
         kind.check(self)
-        if kind.parse_label is not None and self.label is None:
+        if kind.labelled and self.label is None:
             raise ValueError(f"field 'label': a {self.type} task needs 'label' (the label column)")
         if self.head.type is not None and self.head.type not in kind.heads:
             raise ValueError(f"field 'head.type': head type '{self.head.type}' does not fit a {self.type} task "
@@ -279,7 +279,7 @@ class TaskDef(_Strict):
         if self.drop_labels and set(self.drop_labels) & set(self.labels or []):
             raise ValueError(f"field 'drop_labels': {self.drop_labels} overlaps 'labels' {self.labels}: a value "
                              "cannot be both a class and a row to drop")
-        if self.qa is not None and self.type != "span_extraction":
+        if self.qa is not None and "qa" not in kind.own_fields:
             raise ValueError(f"field 'qa': only for span_extraction tasks, not {self.type}")
         if "f1" in (self.metrics or []) and len(self.labels or []) != 2:
             raise ValueError("field 'labels': metric 'f1' is the binary F1 of class 1 and needs exactly two labels "
@@ -298,8 +298,14 @@ class TaskDef(_Strict):
         return self
 
     @property
-    def task_type(self) -> TaskType:
-        """The registry entry of this task's ``type`` (:data:`mtdnn.tasks.types.TASK_TYPES`)."""
+    def kind(self) -> TaskKind:
+        """This task's type, the object that does everything type-specific (:data:`mtdnn.tasks.types.TASK_TYPES`,
+        the classes of :mod:`mtdnn.tasktypes`)."""
+        return TASK_TYPES[self.type]
+
+    @property
+    def task_type(self) -> TaskKind:
+        """The same as :attr:`kind` (the older name)."""
         return TASK_TYPES[self.type]
 
     @property
@@ -315,27 +321,30 @@ class TaskDef(_Strict):
     @property
     def head_type(self) -> str:
         """``head.type``, defaulting to the type's first head (``linear`` for sentence-level types)."""
-        return self.head.type or self.task_type.heads[0]
+        return self.head.type or self.kind.heads[0]
 
     @property
     def loss_name(self) -> str:
         """The loss, defaulting by task type (cross_entropy, mse, ranking_cross_entropy)."""
-        return self.loss or self.task_type.losses[0]
+        return self.loss or self.kind.losses[0]
 
     @property
     def metric_names(self) -> list[str]:
         """The metrics, first one used for model selection; defaults by task type."""
-        return list(self.metrics or self.task_type.default_metrics)
+        return list(self.metrics or self.kind.default_metrics)
 
     @property
     def num_outputs(self) -> int:
         """Output units of the head per encoded sequence: classes for classification, 1 for regression and ranking."""
-        return self.task_type.num_outputs(self)
+        return self.kind.num_outputs(self)
 
     @property
     def output_width(self) -> int:
         """Outputs per example as metrics and soft targets see them: classes, candidates (ranking), 1 (regression)."""
-        return self.task_type.output_width(self)
+        width = self.kind.output_width
+        if width is None:
+            raise ValueError(f"task '{self.name}' is an {self.type} task: its outputs have no per-example width")
+        return width(self)
 
     @property
     def num_candidates(self) -> int:

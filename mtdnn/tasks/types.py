@@ -1,31 +1,47 @@
-"""The registry of task types: everything that differs between ``type: classification``, ``regression``, ...
+"""What a task type is, and the registry of them by name: the ``type:`` of a task definition.
 
-Each entry of :data:`TASK_TYPES` is a :class:`TaskType`, the one place the pipeline looks a task's type up:
+A task type is one class, a subclass of :class:`TaskKind`, written in its own package of :mod:`mtdnn.tasktypes`
+(one package per family: ``sentence`` for classification, regression and ranking, ``tagging`` for sequence
+labelling, ``spans`` for extractive QA, ``mlm``), and registered here under its name by
+:mod:`mtdnn.tasktypes` (one line per type). This module is the generic side: the interface every type
+implements and the registry :data:`TASK_TYPES`, so that the type-agnostic layer (:mod:`mtdnn.tasks.taskdef`,
+:mod:`mtdnn.tasks.data`) calls a type through ``task.kind`` without importing the type packages, which sit
+above ``modeling`` (their heads and losses are modeling code). The registry is filled when :mod:`mtdnn` is
+imported (its ``__init__`` imports :mod:`mtdnn.tasktypes`), that is before any module of the package runs.
 
-    definition rules and defaults (:mod:`mtdnn.tasks.taskdef`) -> row parsing and tokenization
-    (:mod:`mtdnn.tasks.data`) -> collation into batches -> head, loss and metrics (looked up by the *names*
-    given here in :data:`mtdnn.modeling.heads.HEADS`, :data:`mtdnn.modeling.losses.LOSSES` and
-    :data:`mtdnn.modeling.metrics.METRICS`) -> what the metrics compare, the predictions written by
-    ``mtdnn.predict`` -> the soft targets of distillation (shape and how members are combined).
+The pipeline asks a task's type at each stage:
 
-Heads, losses and metrics are named rather than imported because they are modeling code, a stage above
-this one. Adding a type is one new entry here (its data-side functions beside it, in a module of
-:mod:`mtdnn.tasks`) and, where it needs a new head, loss or metric, one entry in the modeling registry
-concerned. Nothing else in the package tests ``task.type``.
+    definition rules and defaults (:meth:`TaskKind.check`, ``heads``, ``losses``, ``metrics``) -> reading
+    (``read_file``, or ``make_examples`` and ``parse_label`` per row of a table) -> tokenization
+    (:meth:`TaskKind.tokenize`, cached) -> collation into the type's batch (:meth:`TaskKind.collate`) -> head,
+    loss and metrics (named in :data:`mtdnn.modeling.heads.HEADS`, :data:`mtdnn.modeling.losses.LOSSES`,
+    :data:`mtdnn.modeling.metrics.METRICS`; ``head_outputs`` shapes the linear head's output) -> what the
+    metrics compare (:meth:`TaskKind.metric_inputs`), the predictions of ``mtdnn.predict`` (``decode``) -> the
+    soft targets of distillation (``soft_targets``, ``output_width``, ``soft_target_pieces``).
+
+An operation a type does not have is absent: the attribute is None on the type, and the caller asks
+(``if task.kind.decode is None: ...``) rather than calling a method that raises. Nothing here imports torch.
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Literal
-
-import torch
-
-from . import mlm, sentence, token
-from .rows import Example
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Literal
 
 if TYPE_CHECKING:
+    from .rows import Example
     from .taskdef import TaskDef
+
+
+@dataclass(frozen=True)
+class HfClassifier:
+    """How a type's linear head maps onto a Hugging Face ``*ForSequenceClassification`` model (one sequence in,
+    fixed outputs): its ``problem_type`` and whether it has one score (labelled ``score``, the HF logits
+    ``(n, 1)`` squeezed to the head's ``(n,)``) rather than one logit per ``labels`` entry."""
+
+    problem_type: Literal["single_label_classification", "regression"]
+    one_score: bool
 
 
 @dataclass(frozen=True)
@@ -46,9 +62,9 @@ class SoftTargetPieces:
     over: Literal["classes", "pieces"]
 
 
-@dataclass(frozen=True)
-class TaskType:
-    """What one task type does at each stage of the pipeline.
+class TaskKind(ABC):
+    """What one task type does at each stage of the pipeline. Subclasses set the class attributes and implement
+    the abstract methods; the optional operations are None here and methods where a type has them.
 
     Attributes:
         name: the ``type`` of the task definition.
@@ -56,99 +72,119 @@ class TaskType:
         losses: allowed ``loss`` values, the first is the default (:data:`mtdnn.modeling.losses.LOSSES`).
         metrics: allowed ``metrics`` (:data:`mtdnn.modeling.metrics.METRICS`); ``default_metrics`` when none are
             given (the first one selects the best epoch).
-        check: the type's own rules of a definition; raises ValueError with the reason.
-        num_outputs: output units of the head per encoded sequence.
-        output_width: outputs per example as the metrics and soft targets see them (classes, candidates, 1); per
-            piece for types with ``soft_target_pieces`` (tags; 2, start and end).
-        make_examples: a parsed file row ``{column: text}`` and its line -> the examples it holds (ids and labels
-            are set by the caller).
-        parse_label: a label field -> the label (class id, score, index); raises ValueError. None: the type
-            has no labels (its examples are never labelled).
-        tokenize: ``(examples, task, tokenizer, max_length)`` -> columns ``input_ids``, ``length`` and any of
-            ``token_type_ids`` and the type's own per-example features (stored in the tokenized cache).
-        collate: ``(items, task, pad_token_id, pad_to_multiple_of, tokenizer)`` -> a batch (see
-            :func:`mtdnn.tasks.data.collate`).
-        head_outputs: the linear head's ``(sequences, num_outputs)`` -> the task's outputs.
-        metric_inputs: ``(outputs, labels, weight)`` -> what the metrics compare, ``(predictions, targets)``, of
-            the weight > 0 examples.
-        decode: head outputs -> one prediction dict per example (``mtdnn.predict``).
+        labelled: whether the type's examples carry gold labels (then a definition needs ``label``, and train and
+            dev splits need their gold); mlm tasks have none (their targets are the masked tokens).
         soft_targets: how teacher members' outputs are combined (``probabilities``: mean of softmax, ``mean``:
             mean prediction), or None when the type cannot be distilled.
         soft_target_pieces: None when a soft target is one row of ``output_width`` values per example (the
             sentence-level types); else the soft targets are per word piece, ``(pieces, output_width)`` per row of
             the tokenized split, and :class:`SoftTargetPieces` says which pieces and along which axis.
         selected: whether the task's first dev metric counts in the dev average that selects the best epoch.
-        read_file: for types whose files are not tables of rows (``conll``, ``squad``): ``(task, split, path)``
-            -> the examples of the whole file; None: rows of a tsv/csv/jsonl table, each by ``make_examples``.
+        no_predictions: why the type has no ``decode`` (said to a user who asks for predictions).
+        own_fields: the definition's optional sections only this type accepts (span extraction: ``qa``); a
+            definition of another type that sets one is refused.
+        classifies: one class of ``labels`` per example (classification; not the per-piece tags of sequence
+            labelling).
+        ranks_candidates: one of the ``candidates`` columns per example (ranking).
+        predicts_scores: one real-valued score per example (regression).
+        hf_classifier: how the head exports as a ``*ForSequenceClassification`` model; None: it cannot.
+        raw_fields: for the types that read whole files, the fields of one raw example given to ``mtdnn.predict``
+            (the other types' are their ``text`` and ``candidates`` columns); ``prediction_unit``: what their
+            predictions are made of (``entities`` of words, ``answers`` over windows).
+
+    Optional operations (None: the type has none):
+        read_file: ``(task, split, path)`` -> the examples of the whole file (``conll``, ``squad``); a type without
+            it reads rows of a tsv/csv/jsonl table, each by ``make_examples``.
+        make_examples: ``(task, row, line)`` -> the examples a parsed table row ``{column: text}`` holds (ids and
+            labels are set by the caller).
+        parse_label: ``(task, value)`` -> the label of a table's label field (class id, score, index); raises
+            ValueError.
+        output_width: ``(task)`` -> outputs per example as the metrics and soft targets see them (classes,
+            candidates, 1); per piece for types with ``soft_target_pieces`` (tags; 2, start and end).
+        head_outputs: ``(task, x)``: the linear head's ``(sequences, num_outputs)`` -> the task's outputs.
+        decode: ``(task, outputs)`` -> one prediction dict per example (``mtdnn.predict``).
     """
 
-    name: str
-    heads: tuple[str, ...]
-    losses: tuple[str, ...]
-    metrics: tuple[str, ...]
-    default_metrics: tuple[str, ...]
-    check: Callable[[TaskDef], None]
-    num_outputs: Callable[[TaskDef], int]
-    output_width: Callable[[TaskDef], int]
-    make_examples: Callable[[TaskDef, dict[str, str], int], list[Example]]
-    parse_label: Callable[[TaskDef, str], Any] | None
-    tokenize: Callable[..., dict[str, list]]
-    collate: Callable[..., dict]
-    head_outputs: Callable[[TaskDef, torch.Tensor], torch.Tensor]
-    metric_inputs: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
-    decode: Callable[[TaskDef, torch.Tensor], list[dict]]
-    soft_targets: Literal["probabilities", "mean"] | None
-    selected: bool = True
-    read_file: Callable[[TaskDef, str, Any], list] | None = None
-    soft_target_pieces: SoftTargetPieces | None = None
+    name: ClassVar[str]
+    heads: ClassVar[tuple[str, ...]]
+    losses: ClassVar[tuple[str, ...]]
+    metrics: ClassVar[tuple[str, ...]]
+    default_metrics: ClassVar[tuple[str, ...]]
+    labelled: ClassVar[bool] = True
+    soft_targets: ClassVar[Literal["probabilities", "mean"] | None] = None
+    soft_target_pieces: ClassVar[SoftTargetPieces | None] = None
+    selected: ClassVar[bool] = True
+    no_predictions: ClassVar[str] = "its type writes none"
+    own_fields: ClassVar[tuple[str, ...]] = ()
+    classifies: ClassVar[bool] = False
+    ranks_candidates: ClassVar[bool] = False
+    predicts_scores: ClassVar[bool] = False
+    hf_classifier: ClassVar[HfClassifier | None] = None
+    raw_fields: ClassVar[tuple[str, ...] | None] = None
+    prediction_unit: ClassVar[Literal["entities", "answers"] | None] = None
+
+    read_file: ClassVar[Callable[..., list] | None] = None
+    make_examples: ClassVar[Callable[..., list[Example]] | None] = None
+    parse_label: ClassVar[Callable[..., Any] | None] = None
+    output_width: ClassVar[Callable[..., int] | None] = None
+    head_outputs: ClassVar[Callable[..., Any] | None] = None
+    decode: ClassVar[Callable[..., list[dict]] | None] = None
+
+    @abstractmethod
+    def check(self, task: TaskDef) -> None:
+        """The type's own rules of a definition; raises ValueError with the reason (the field and value)."""
+
+    @abstractmethod
+    def num_outputs(self, task: TaskDef) -> int:
+        """Output units of the head per encoded sequence."""
+
+    @abstractmethod
+    def tokenize(self, examples: list, task: TaskDef, tokenizer, max_length: int) -> dict[str, list]:
+        """``examples`` -> columns ``input_ids``, ``length`` and any of ``token_type_ids`` and the type's own
+        per-example features (stored in the tokenized cache)."""
+
+    @abstractmethod
+    def collate(self, features: list[dict[str, Any]], task: TaskDef, pad_token_id: int, pad_to_multiple_of: int = 1,
+                tokenizer=None):
+        """Items of a tokenized split -> the type's batch (see :func:`mtdnn.tasks.data.collate`)."""
+
+    @abstractmethod
+    def metric_inputs(self, outputs, labels, weight) -> tuple:
+        """``(outputs, labels, weight)`` of a batch -> what the metrics compare, ``(predictions, targets)`` (or the
+        type's own tuple), of the weight > 0 examples."""
+
+    def output_names(self, task: TaskDef) -> list[str] | None:
+        """The names of the per-example outputs: ``labels`` (classification), ``candidates`` (ranking); None for
+        types whose outputs are not a choice among named columns or classes."""
+        return None
+
+    def encodes_pairs(self, task: TaskDef) -> bool:
+        """Whether the task's inputs are tokenized as pairs (room for a pair's special tokens is needed)."""
+        return len(task.text) > 1
+
+    def check_max_length(self, task: TaskDef, value: int, source: str) -> None:
+        """The type's own limit on a max length (beyond room for the special tokens and one token of each text);
+        raises :class:`mtdnn.errors.ConfigError` naming ``source``. None by default."""
+
+    def cache_rules(self, task: TaskDef) -> dict:
+        """Definition fields beyond the shared parsing rules that the type's tokenized rows depend on, added to the
+        tokenized-split cache key (span extraction: the stride of its windows). Empty by default."""
+        return {}
 
 
-TASK_TYPES: dict[str, TaskType] = {
-    "classification": TaskType(
-        name="classification", heads=("linear", "san"), losses=("cross_entropy",),
-        metrics=("accuracy", "f1", "mcc"), default_metrics=("accuracy",), check=sentence.check_classification,
-        num_outputs=lambda task: len(task.labels), output_width=lambda task: len(task.labels),
-        make_examples=sentence.pair_examples, parse_label=sentence.parse_class, tokenize=sentence.tokenize_pairs,
-        collate=sentence.collate_classification, head_outputs=sentence.class_outputs, metric_inputs=sentence.argmax,
-        decode=sentence.decode_classes, soft_targets="probabilities"),
-    "regression": TaskType(
-        name="regression", heads=("linear",), losses=("mse",), metrics=("pearson", "spearman"),
-        default_metrics=("pearson", "spearman"), check=sentence.check_regression,
-        num_outputs=lambda task: 1, output_width=lambda task: 1, make_examples=sentence.pair_examples,
-        parse_label=sentence.parse_score, tokenize=sentence.tokenize_pairs, collate=sentence.collate_regression,
-        head_outputs=sentence.score_outputs, metric_inputs=sentence.as_scores, decode=sentence.decode_scores,
-        soft_targets="mean"),
-    "ranking": TaskType(
-        name="ranking", heads=("linear",), losses=("ranking_cross_entropy",), metrics=("accuracy",),
-        default_metrics=("accuracy",), check=sentence.check_ranking,
-        num_outputs=lambda task: 1, output_width=lambda task: task.num_candidates,
-        make_examples=sentence.ranking_examples, parse_label=sentence.parse_candidate,
-        tokenize=sentence.tokenize_ranking, collate=sentence.collate_ranking, head_outputs=sentence.group_outputs,
-        metric_inputs=sentence.argmax, decode=sentence.decode_candidates, soft_targets="probabilities"),
-    "mlm": TaskType(
-        name="mlm", heads=("mlm",), losses=("mlm_cross_entropy",), metrics=("masked_accuracy", "masked_loss"),
-        default_metrics=("masked_accuracy", "masked_loss"), check=mlm.check_mlm,
-        num_outputs=lambda task: 0, output_width=mlm.no_width, make_examples=mlm.text_examples, parse_label=None,
-        tokenize=mlm.tokenize_packed, collate=mlm.collate_mlm, head_outputs=mlm.no_head_outputs,
-        metric_inputs=mlm.masked_targets, decode=mlm.no_decode, soft_targets=None, selected=False),
-    "sequence_labelling": TaskType(
-        name="sequence_labelling", heads=("token",), losses=("token_cross_entropy", "token_cross_entropy_per_piece"),
-        metrics=token.TAGGING_METRICS, default_metrics=token.TAGGING_METRICS, check=token.check_sequence_labelling,
-        num_outputs=lambda task: len(task.labels), output_width=token.tagging_width, make_examples=token.file_only,
-        parse_label=token.parse_tag, tokenize=token.tokenize_tagging, collate=token.collate_tags,
-        head_outputs=token.as_is, metric_inputs=token.first_piece_tags, decode=token.decode_tags,
-        soft_targets="probabilities", read_file=token.read_file,
-        soft_target_pieces=SoftTargetPieces(mask=token.first_piece_mask, over="classes")),
-    "span_extraction": TaskType(
-        name="span_extraction", heads=("span",), losses=("span_cross_entropy",), metrics=token.SPAN_METRICS,
-        default_metrics=token.SPAN_METRICS, check=token.check_span_extraction, num_outputs=lambda task: 2,
-        output_width=token.span_width, make_examples=token.file_only, parse_label=token.parse_answers,
-        tokenize=token.tokenize_spans, collate=token.collate_windows, head_outputs=token.as_is,
-        metric_inputs=token.window_logits, decode=token.decode_windows, soft_targets="probabilities",
-        read_file=token.read_file, soft_target_pieces=SoftTargetPieces(mask=token.window_mask, over="pieces")),
-}
+TASK_TYPES: dict[str, TaskKind] = {}
+"""Task type name (a definition's ``type``) -> its type object, in registration order (the order error messages
+list them in). Filled by :mod:`mtdnn.tasktypes`."""
 
 
-def task_type(task: TaskDef) -> TaskType:
+def register(kind: TaskKind) -> TaskKind:
+    """Add a type to :data:`TASK_TYPES` under its ``name``; raises ValueError when the name is taken."""
+    if TASK_TYPES.get(kind.name, kind) is not kind:
+        raise ValueError(f"task type '{kind.name}' is registered twice")
+    TASK_TYPES[kind.name] = kind
+    return kind
+
+
+def task_type(task: TaskDef) -> TaskKind:
     """The registry entry of ``task.type`` (validated when the definition was parsed)."""
     return TASK_TYPES[task.type]

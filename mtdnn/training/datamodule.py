@@ -12,6 +12,7 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader
 
+from ..tasks.batch import Batch
 from ..tasks.data import TokenizedSplit, collate, pad_left, tokenized_split
 from ..tasks.schedule import EvalBatchSampler, MultiTaskBatchSampler, TaskSize
 from ..tasks.taskdef import TaskDef
@@ -60,16 +61,16 @@ class TaskCollator:
         self.length_buckets = length_buckets
         self.tokenizer = tokenizer  # for types that change tokens when collating (mlm)
 
-    def __call__(self, features: list[dict[str, Any]]) -> dict:
+    def __call__(self, features: list[dict[str, Any]]) -> Batch:
         task = self.tasks[features[0].get("task_index", 0)]
         batch = collate(features, task, self.pad_token_id, self.pad_to_multiple_of, self.tokenizer)
         if self.length_buckets:
             batch = pad_to_bucket(batch, self.length_buckets, self.pad_token_id)
         if getattr(self.tokenizer, "padding_side", "right") == "left":  # XLNet: padding before the tokens
             batch = pad_left(batch)
-        batch["examples"] = sum(1 for f in features if f.get("weight", 1.0) > 0)
+        batch.examples = sum(1 for f in features if f.get("weight", 1.0) > 0)
         if "global_examples" in features[0]:
-            batch["global_examples"] = int(features[0]["global_examples"])
+            batch.global_examples = int(features[0]["global_examples"])
         return batch
 
 
@@ -81,27 +82,27 @@ def bucket_length(length: int, buckets: list[int]) -> int:
     return length
 
 
-def pad_to_bucket(batch: dict, buckets: list[int], pad_token_id: int) -> dict:
+def pad_to_bucket(batch: Batch, buckets: list[int], pad_token_id: int) -> Batch:
     """Pad ``input_ids``, ``attention_mask`` and ``token_type_ids`` ``(rows, seq_len)`` on the right to
     :func:`bucket_length` ``(seq_len)`` (pad token, mask 0, segment 0), and the token-aligned ``(rows, seq_len)``
     entries of ``head_inputs`` (False, or -1: "no text token", as SAN's ``sequence_ids``) and ``labels`` (-100: not
     predicted, as an MLM task's); other entries are kept."""
-    seq_len = batch["input_ids"].shape[1]
+    seq_len = batch.input_ids.shape[1]
     extra = bucket_length(seq_len, buckets) - seq_len
     if extra <= 0:
         return batch
     pad = torch.nn.functional.pad
-    batch["input_ids"] = pad(batch["input_ids"], (0, extra), value=pad_token_id)
-    batch["attention_mask"] = pad(batch["attention_mask"], (0, extra), value=0)
-    if "token_type_ids" in batch:
-        batch["token_type_ids"] = pad(batch["token_type_ids"], (0, extra), value=0)
-    head_inputs = batch.get("head_inputs", {})
+    batch.input_ids = pad(batch.input_ids, (0, extra), value=pad_token_id)
+    batch.attention_mask = pad(batch.attention_mask, (0, extra), value=0)
+    if batch.token_type_ids is not None:
+        batch.token_type_ids = pad(batch.token_type_ids, (0, extra), value=0)
+    head_inputs = batch.head_kwargs
     for name, value in head_inputs.items():
         if value.dim() == 2 and value.shape[1] == seq_len:
             head_inputs[name] = pad(value, (0, extra), value=False if value.dtype == torch.bool else -1)
-    labels = batch.get("labels")
+    labels = batch.labels
     if labels is not None and labels.dim() == 2 and labels.shape[1] == seq_len:
-        batch["labels"] = pad(labels, (0, extra), value=-100)
+        batch.labels = pad(labels, (0, extra), value=-100)
     return batch
 
 

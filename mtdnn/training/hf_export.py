@@ -69,11 +69,13 @@ def hf_config(encoder_config, task: TaskDef):
     it is set to the head's dropout (it only matters when the model is trained further).
     """
     config = copy.deepcopy(encoder_config)
-    names = list(task.labels) if task.type == "classification" else [REGRESSION_LABEL]
+    shape = task.kind.hf_classifier
+    assert shape is not None, f"task '{task.name}': a {task.type} head has no *ForSequenceClassification form"
+    names = [REGRESSION_LABEL] if shape.one_score else list(task.labels)
     config.num_labels = len(names)
     config.id2label = dict(enumerate(names))
     config.label2id = {name: i for i, name in enumerate(names)}
-    config.problem_type = "single_label_classification" if task.type == "classification" else "regression"
+    config.problem_type = shape.problem_type
     if hasattr(config, "classifier_dropout"):
         config.classifier_dropout = task.head.dropout
     return config
@@ -87,7 +89,7 @@ def convert_task(model: MultiTaskModel, task: TaskDef) -> Conversion:
     """
     from transformers import AutoModelForSequenceClassification
 
-    if task.type not in ("classification", "regression"):
+    if task.kind.hf_classifier is None:
         return Conversion(task.name, reason=f"{task.type} head: one score per candidate of a group, which "
                                             "*ForSequenceClassification (one sequence, fixed labels) cannot express")
     if task.head_type != "linear":
@@ -163,7 +165,7 @@ def _probe_difference(model: MultiTaskModel, task: TaskDef, hf) -> float:
     finally:
         model.train(training)
     theirs = hf(input_ids=input_ids, attention_mask=attention_mask, **kwargs).logits
-    if task.type == "regression":
+    if task.kind.hf_classifier.one_score:
         theirs = theirs.squeeze(-1)
     if theirs.shape != ours.shape:
         return float("inf")

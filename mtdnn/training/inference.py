@@ -212,13 +212,13 @@ def predict_outputs(model: MultiTaskModel, task: TaskDef, split: TokenizedSplit,
     for rows in batches:
         batch = collate([split[i] for i in rows], task, pad_token_id, pad_to_multiple_of,
                         padding_side=split.padding_side)
-        types = batch.get("token_type_ids")
-        extra = {"head_inputs": {k: v.to(device) for k, v in batch["head_inputs"].items()}} if "head_inputs" in batch else {}
-        out = model(task.name, batch["input_ids"].to(device), batch["attention_mask"].to(device),
+        types = batch.token_type_ids
+        extra = {} if batch.head_inputs is None else {"head_inputs": {k: v.to(device) for k, v in batch.head_inputs.items()}}
+        out = model(task.name, batch.input_ids.to(device), batch.attention_mask.to(device),
                     None if types is None else types.to(device), **extra)
-        if metrics is not None and "labels" in batch:
-            update_metrics(metrics, task.type, out, batch["labels"].to(device), batch["weight"].to(device))
-        orders.append(batch["idx"])
+        if metrics is not None and batch.labels is not None:
+            update_metrics(metrics, task.type, out, batch.labels.to(device), batch.weight.to(device))
+        orders.append(batch.idx)
         outputs.append(out.float().cpu())
     if outputs[0].dim() == 3:  # token-level outputs: batches differ in seq_len
         longest = max(o.shape[1] for o in outputs)
@@ -231,10 +231,13 @@ def predict_outputs(model: MultiTaskModel, task: TaskDef, split: TokenizedSplit,
 
 def decode(task: TaskDef, outputs: torch.Tensor) -> list[dict]:
     """Turn head outputs into predictions, one dict per row, with the type's ``decode``
-    (:data:`mtdnn.tasks.types.TASK_TYPES`).
+    (:class:`mtdnn.tasks.types.TaskKind`).
 
     classification: ``{"prediction": label name, "probability": p, "probabilities": {label: p}}`` with
     p = softmax(logits); regression: ``{"prediction": score}``; ranking: the index of the chosen candidate,
     with the softmax over the group keyed by candidate column.
     """
-    return task.task_type.decode(task, outputs)
+    kind = task.kind
+    if kind.decode is None:
+        raise ConfigError(f"task '{task.name}' is an {task.type} task: it has no predictions ({kind.no_predictions})")
+    return kind.decode(task, outputs)

@@ -60,8 +60,7 @@ class MultiTaskModule(pl.LightningModule):
         self.grad_norm: torch.Tensor | None = None  # the last clipped step's total norm (0-d, on the device)
 
     def forward(self, batch: dict) -> torch.Tensor:
-        return self.model(batch["task"], batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"),
-                          batch.get("head_inputs"))
+        return self.model(batch.task, batch.input_ids, batch.attention_mask, batch.token_type_ids, batch.head_inputs)
 
     def on_train_epoch_start(self) -> None:
         sampler = getattr(self.trainer.datamodule, "train_sampler", None)
@@ -81,16 +80,16 @@ class MultiTaskModule(pl.LightningModule):
         """
         world = self.trainer.world_size if self._trainer else 1
         accumulation = self.trainer.accumulate_grad_batches if self._trainer else 1
-        if "global_examples" in batch:
-            return max(int(batch["global_examples"]), 1) / (world * accumulation)
+        if batch.global_examples is not None:
+            return max(int(batch.global_examples), 1) / (world * accumulation)
         if world > 1:
             raise RuntimeError("a training batch without global_examples under DDP (use MultiTaskDataModule)")
-        return batch["weight"].sum().clamp(min=1.0)
+        return batch.weight.sum().clamp(min=1.0)
 
     def task_loss(self, batch: dict, outputs: torch.Tensor) -> torch.Tensor:
         """The task's loss, normalised by the real examples of the optimizer step (:meth:`normalizer`)."""
-        task = self.task_defs[batch["task"]]
-        return task.loss_weight * LOSSES[task.loss_name](outputs, batch["labels"], batch["weight"],
+        task = self.task_defs[batch.task]
+        return task.loss_weight * LOSSES[task.loss_name](outputs, batch.labels, batch.weight,
                                                          self.loss_normalizer(batch))
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
@@ -98,10 +97,10 @@ class MultiTaskModule(pl.LightningModule):
         batch size is counted on the host by the collator (a non-finite loss is caught by the Trainer's
         :class:`~mtdnn.training.callbacks.NonFiniteGuard`, which reads it without synchronising)."""
         loss = self.task_loss(batch, self(batch))
-        size = batch.get("examples", len(batch["weight"]))
+        size = len(batch.weight) if batch.examples is None else batch.examples
         self.log("train/loss", loss, on_step=True, on_epoch=True, batch_size=size)
-        self.log(f"train/{batch['task']}_loss", loss, on_step=False, on_epoch=True, batch_size=size)
-        self.step_log.append((self.current_epoch, batch["task"]))
+        self.log(f"train/{batch.task}_loss", loss, on_step=False, on_epoch=True, batch_size=size)
+        self.step_log.append((self.current_epoch, batch.task))
         return loss
 
     def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
@@ -134,8 +133,8 @@ class MultiTaskModule(pl.LightningModule):
                 attach_split(self.dev_metrics[name], dev_sets[name])
 
     def validation_step(self, batch: dict, batch_idx: int, dataloader_idx: int = 0) -> None:
-        task = self.task_defs[batch["task"]]
-        update_metrics(self.dev_metrics[task.name], task.type, self(batch), batch["labels"], batch["weight"])
+        task = self.task_defs[batch.task]
+        update_metrics(self.dev_metrics[task.name], task.type, self(batch), batch.labels, batch.weight)
 
     def on_validation_epoch_end(self) -> None:
         scores = {name: compute_metrics(self.dev_metrics[name]) for name in self.dev_task_names}

@@ -109,16 +109,15 @@ def compile_encoder(encoder: torch.nn.Module, backend: str, buckets: list[int] |
 SHAPE_MARKS = ("buckets", "dynamic")
 
 
-def mark_shapes(batch: dict, how: str) -> dict:
-    """Mark the batch's ``(rows, seq_len)`` tensors for dynamo. ``rows`` is always dynamic (the short last batch
+def mark_shapes(batch, how: str):
+    """Mark the :class:`~mtdnn.tasks.batch.Batch`'s ``(rows, seq_len)`` tensors for dynamo. ``rows`` is always dynamic (the short last batch
     of a task and DDP shards reuse a graph); ``seq_len`` is static with ``how="buckets"`` (one graph per bucket)
     and dynamic with ``how="dynamic"`` (one graph for every length)."""
     import torch._dynamo
 
     if how not in SHAPE_MARKS:
         raise ValueError(f"mark_shapes: how must be one of {SHAPE_MARKS} (got {how!r})")
-    for key in ("input_ids", "attention_mask", "token_type_ids"):
-        tensor = batch.get(key)
+    for tensor in (batch.input_ids, batch.attention_mask, batch.token_type_ids):
         if isinstance(tensor, torch.Tensor) and tensor.ndim == 2:
             torch._dynamo.maybe_mark_dynamic(tensor, 0)
             if how == "buckets":

@@ -34,7 +34,7 @@ def adversarial_task(task: TaskDef, path: str) -> TaskDef:
     Raises:
         ConfigError: ``task`` is not a ranking task over two candidates.
     """
-    if task.type != "ranking" or task.num_candidates != 2:
+    if not task.kind.ranks_candidates or task.num_candidates != 2:
         raise ConfigError(f"task '{task.name}': adversarial ARCT needs a ranking task over two warrants (it is "
                           f"{task.type} with {task.num_candidates} candidates)")
     spec = SplitSpec(path=path, id="#id", quoting="csv")

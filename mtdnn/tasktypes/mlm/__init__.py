@@ -1,11 +1,11 @@
-"""The data side of ``type: mlm``: masked-language-model auxiliary tasks over the text columns of any split.
+"""``type: mlm`` (class :class:`Mlm`): masked-language-model auxiliary tasks over the text columns of any split.
 
 Each non-empty cell of the ``text`` columns is one text. Texts are tokenized without special tokens and packed,
 in file order, into sequences of up to ``max_length`` tokens (RoBERTa's FULL-SENTENCES packing, arXiv 1907.11692
 section 4.2; a text longer than a sequence is truncated), each wrapped in the tokenizer's special tokens. The
 tokenized cache keeps, per sequence, the ``word_ids`` of its tokens (-1 for special tokens; words of different
 texts never merge), which whole-word and span masking need. Masking happens when a batch is collated
-(:mod:`mtdnn.tasks.masking`), with a random stream per (seed, epoch, row): ``static`` masks and dev masks are
+(:mod:`.masking`; :mod:`.batches`), with a random stream per (seed, epoch, row): ``static`` masks and dev masks are
 fixed by the seed; the others change every epoch.
 
 A batch has ``input_ids`` (masked) and ``attention_mask`` ``(n, seq_len)``, ``labels`` ``(n, seq_len)``: the
@@ -19,14 +19,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import torch
-
-from ..errors import ConfigError
-from .masking import IGNORE, mask_sequence, rng_for
-from .rows import Example, attention_mask, pad
+from ...tasks.rows import Example
+from ...tasks.types import TaskKind
 
 if TYPE_CHECKING:
-    from .taskdef import TaskDef
+    from ...tasks.taskdef import TaskDef
 
 
 def check_mlm(task: TaskDef) -> None:
@@ -85,66 +82,44 @@ def special_tokens_around(tokenizer) -> tuple[list[int], list[int]]:
     return probe["input_ids"][:text[0]], probe["input_ids"][text[-1] + 1:]
 
 
-def collate_mlm(features: list[dict[str, Any]], task: TaskDef, pad_token_id: int, pad_to_multiple_of: int = 1,
-                tokenizer=None) -> dict:
-    """Mask and pad a batch (see the module docstring). An item's ``epoch`` (training) selects its mask for
-    ``dynamic``, ``whole_word`` and ``span``; without one (dev), and for ``static``, the mask is fixed by the seed.
+class Mlm(TaskKind):
+    """``type: mlm``: a masked-language-model auxiliary task. Unlabelled (its targets are the masked tokens), never
+    selects the best epoch, has no linear head, no per-example width, no predictions and no soft targets."""
 
-    Raises:
-        ConfigError: no ``tokenizer`` given (its mask token and vocabulary are needed): the caller is not training
-            (mlm tasks are scored by training's dev metrics only).
-    """
-    if tokenizer is None:
-        raise ConfigError(f"task '{task.name}' is an mlm task: collating its batches needs the tokenizer (it is "
-                          "trained and scored on dev during training, not by evaluate or predict)")
-    spec = task.masking_spec
-    special = set(tokenizer.all_special_ids)
-    masked = []
-    for f in features:
-        epoch = None if spec.strategy == "static" else f.get("epoch")
-        rng = rng_for(spec.seed, epoch, f["idx"])
-        masked.append(mask_sequence(f["input_ids"], f["word_ids"], spec.strategy, spec.rate, rng,
-                                    tokenizer.mask_token_id, len(tokenizer), special))
-    input_ids = pad([m.input_ids for m in masked], pad_token_id, pad_to_multiple_of)
-    labels = pad([m.labels for m in masked], IGNORE, pad_to_multiple_of)
-    head_inputs = {"mlm_positions": labels != IGNORE}
-    if spec.sbo:
-        boundaries, offsets = [], []
-        for m in masked:
-            for start, end in m.spans:
-                for i in range(start, end):
-                    boundaries.append((start - 1, end))
-                    offsets.append(i - start)
-        head_inputs["span_boundaries"] = torch.tensor(boundaries, dtype=torch.long).view(-1, 2)
-        head_inputs["span_offsets"] = torch.tensor(offsets, dtype=torch.long)
-    return {"task": task.name, "input_ids": input_ids,
-            "attention_mask": attention_mask([f["input_ids"] for f in features], input_ids.shape[1]),
-            "idx": torch.tensor([f["idx"] for f in features], dtype=torch.long),
-            "weight": torch.tensor([f.get("weight", 1.0) for f in features], dtype=torch.float32),
-            "labels": labels, "head_inputs": head_inputs}
+    name = "mlm"
+    heads = ("mlm",)
+    losses = ("mlm_cross_entropy",)
+    metrics = ("masked_accuracy", "masked_loss")
+    default_metrics = ("masked_accuracy", "masked_loss")
+    labelled = False
+    selected = False
+    no_predictions = "it is trained alongside other tasks, and scored on dev by masked-token accuracy and loss"
 
+    def check(self, task: TaskDef) -> None:
+        """See :func:`check_mlm`."""
+        check_mlm(task)
 
-def masked_targets(outputs: torch.Tensor, labels: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """What the MLM metrics compare: the MLM logits ``(m, vocab)`` of the predicted tokens of weight > 0 rows and
-    their original tokens ``(m,)``. ``outputs`` is ``(m, vocab)``, or ``(m, 2, vocab)`` with SBO (MLM first)."""
-    logits = outputs[:, 0] if outputs.dim() == 3 else outputs
-    predicted = labels != IGNORE
-    rows = predicted.nonzero()[:, 0]
-    keep = weight[rows] > 0
-    return logits[keep], labels[predicted][keep]
+    def make_examples(self, task: TaskDef, row: dict[str, str], line: int) -> list[Example]:
+        """See :func:`text_examples`."""
+        return text_examples(task, row, line)
 
+    def num_outputs(self, task: TaskDef) -> int:
+        """None of the linear kind: the MLM head (:class:`mtdnn.modeling.mlm.MlmHead`) is vocabulary-sized."""
+        return 0
 
-def no_decode(task: TaskDef, outputs: torch.Tensor) -> list[dict]:
-    """MLM tasks train the encoder; they have no predictions to write. Raises ConfigError."""
-    raise ConfigError(f"task '{task.name}' is an mlm task: it has no predictions (it is trained alongside other "
-                     "tasks, and scored on dev by masked-token accuracy and loss)")
+    def tokenize(self, examples: list[Example], task: TaskDef, tokenizer, max_length: int) -> dict[str, list]:
+        """See :func:`tokenize_packed`."""
+        return tokenize_packed(examples, task, tokenizer, max_length)
 
+    def collate(self, features: list[dict[str, Any]], task: TaskDef, pad_token_id: int, pad_to_multiple_of: int = 1,
+                tokenizer=None):
+        """Mask and pad (:func:`.batches.collate_mlm`)."""
+        from .batches import collate_mlm  # keeps torch out of import time
 
-def no_width(task: TaskDef) -> int:
-    """MLM outputs are vocabulary-sized, per predicted token; there is no per-example width. Raises ValueError."""
-    raise ValueError(f"task '{task.name}' is an mlm task: its outputs have no per-example width")
+        return collate_mlm(features, task, pad_token_id, pad_to_multiple_of, tokenizer)
 
+    def metric_inputs(self, outputs, labels, weight) -> tuple:
+        """See :func:`.batches.masked_targets`."""
+        from .batches import masked_targets  # keeps torch out of import time
 
-def no_head_outputs(task: TaskDef, x: torch.Tensor) -> torch.Tensor:
-    """MLM has its own head (:class:`mtdnn.modeling.mlm.MlmHead`), not the linear one. Raises ValueError."""
-    raise ValueError(f"task '{task.name}' is an mlm task: it has no linear head")
+        return masked_targets(outputs, labels, weight)

@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import DataError
-from ..fileio import quote_prefix, undecodable_at
+from ...errors import DataError
+from ...fileio import quote_prefix, undecodable_at
 
 DOCSTART = "-DOCSTART-"
 

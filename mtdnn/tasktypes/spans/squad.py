@@ -7,7 +7,7 @@ context) must point at its ``text``; a context must not be empty. An unlabelled 
 examples without answers.
 
 Carving by article keeps every question about one article on one side, as SQuAD's own train/dev split does:
-``carve_articles`` takes the first ``size`` articles of a seeded permutation (the same ``torch.randperm`` as
+:func:`mtdnn.tasks.data.carve_articles` takes the first ``size`` articles of a seeded permutation (the same ``torch.randperm`` as
 row carves of :mod:`mtdnn.tasks.data`).
 """
 
@@ -17,10 +17,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
-
-from ..errors import DataError
-from ..fileio import quote_prefix, undecodable_at
+from ...errors import DataError
+from ...fileio import quote_prefix, undecodable_at
 
 
 @dataclass
@@ -130,18 +128,6 @@ def read_squad(path: Path, task: str, encoding: str = "utf-8-sig") -> list[QAExa
     except json.JSONDecodeError as err:
         raise DataError(f"{path}: line {err.lineno}: task '{task}': not valid JSON ({err.msg})") from None
     return parse_squad(document, str(path), task)
-
-
-def carve_articles(num_articles: int, size: int, seed: int) -> list[int]:
-    """The articles (0-based, sorted) of a seeded carve: the first ``size`` of ``randperm(num_articles, seed)``.
-
-    Raises:
-        DataError: ``size`` is not below the number of articles.
-    """
-    if size >= num_articles:
-        raise DataError(f"field 'carve.size': {size} articles is not below the {num_articles} articles it carves from")
-    generator = torch.Generator().manual_seed(seed)
-    return torch.randperm(num_articles, generator=generator)[:size].sort().values.tolist()
 
 
 def article_titles(examples: list[QAExample]) -> list[str]:

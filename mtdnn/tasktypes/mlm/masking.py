@@ -35,7 +35,8 @@ import random
 from dataclasses import dataclass, field
 from typing import Sequence
 
-IGNORE = -100  # label of a token that is not predicted (the ``ignore_index`` of cross-entropy)
+from ...tasks.rows import IGNORE  # label of a token that is not predicted (the ``ignore_index`` of cross-entropy)
+
 SPAN_P = 0.2
 SPAN_MAX_WORDS = 10
 
