@@ -14,24 +14,7 @@ TYPE_CLASSES = {cls.__name__ for kind in types.TASK_TYPES.values() for cls in in
                 if cls not in (object,) and cls.__module__.startswith("mtdnn.")}
 TYPE_NAMES = set(types.TASK_TYPES)
 
-ALLOWED = {
-    # Branches in files of other parts of issue 25, kept until the lead applies the replacement named here
-    # (file:line of the branch today -> the type API to call). Empty this after merging.
-    "mtdnn/cli/diagnose.py:135": 't.type == "classification" and len(t.text) == 2 -> t.kind.classifies and len(t.text) == 2',
-    "mtdnn/cli/diagnose.py:137": 't.type == "ranking" and ... -> t.kind.ranks_candidates and t.num_candidates == 2',
-    "mtdnn/evaluation/diagnostics/cues.py:186": 'task.type == "ranking" -> task.kind.ranks_candidates',
-    "mtdnn/evaluation/diagnostics/cues.py:188": 'task.type == "classification" -> task.kind.classifies',
-    "mtdnn/evaluation/diagnostics/hans.py:231": 'task.type != "classification" -> not task.kind.classifies',
-    "mtdnn/evaluation/diagnostics/partial_input.py:44": 'task.type != "classification" -> not task.kind.classifies',
-    "mtdnn/evaluation/diagnostics/partial_input.py:51": 'task.type != "ranking" -> not task.kind.ranks_candidates',
-    "mtdnn/evaluation/diagnostics/partial_input.py:88":
-        'task.labels if task.type == "classification" else task.candidates -> task.kind.output_names(task)',
-    "mtdnn/evaluation/diagnostics/report.py:44": 'task.type == "classification" -> task.kind.classifies',
-    "mtdnn/evaluation/diagnostics/report.py:46": 'task.type == "ranking" -> task.kind.ranks_candidates',
-    "mtdnn/evaluation/diagnostics/report.py:48": 'task.type == "classification" -> task.kind.classifies',
-    "mtdnn/evaluation/diagnostics/report.py:141": 'task.type == "ranking" -> task.kind.ranks_candidates',
-    "mtdnn/evaluation/transfer/run.py:42": 'task.type != "classification" -> not task.kind.classifies',
-}
+ALLOWED: dict[str, str] = {}  # every branch outside mtdnn/tasktypes now asks the type
 
 
 def _is_type_attribute(node: ast.AST) -> bool:

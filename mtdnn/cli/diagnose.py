@@ -132,9 +132,9 @@ def _pick_task(loaded, given: str | None, kind: str) -> str:
         loaded.task(given)
         return given
     if kind == "nli":
-        fits = [n for n, t in loaded.tasks.items() if t.type == "classification" and len(t.text) == 2]
+        fits = [n for n, t in loaded.tasks.items() if t.kind.classifies and len(t.text) == 2]
     else:
-        fits = [n for n, t in loaded.tasks.items() if t.type == "ranking" and t.num_candidates == 2]
+        fits = [n for n, t in loaded.tasks.items() if t.kind.ranks_candidates and t.num_candidates == 2]
     if len(fits) == 1:
         return fits[0]
     if kind == "nli" and "mnli" in fits:

@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.task is None and len(loaded.tasks) > 1:
         raise ConfigError(f"--task: {loaded.model_dir} has several tasks ({', '.join(loaded.tasks)}); name one")
     task = loaded.task(args.task or next(iter(loaded.tasks)))
-    if task.task_type.read_file is not None:  # token-level types: words and entities, answers over windows
+    if task.kind.read_file is not None:  # token-level types: words and entities, answers over windows
         from ..evaluation.token_predict import predict_token_task
         from ..training.inference import resolve_device
 

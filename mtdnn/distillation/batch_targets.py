@@ -14,13 +14,13 @@ from .pieces import MASKED
 
 
 class ExampleBatchTargets:
-    """The members' outputs ``(n, members, outputs)`` of a split's rows; a batch gets the rows ``batch["idx"]``."""
+    """The members' outputs ``(n, members, outputs)`` of a split's rows; a batch gets the rows ``batch.idx``."""
 
     def __init__(self, outputs: torch.Tensor):
         self.outputs = outputs
 
     def for_batch(self, batch: dict) -> torch.Tensor:
-        return self.outputs[batch["idx"]]
+        return self.outputs[batch.idx]
 
 
 class PieceBatchTargets:
@@ -34,17 +34,17 @@ class PieceBatchTargets:
         self.rows = rows
 
     def for_batch(self, batch: dict) -> torch.Tensor:
-        """``(batch, members, seq_len, width)``: row ``batch["idx"][r]``'s outputs at the real positions of
-        ``batch["attention_mask"][r]``, :data:`~mtdnn.distillation.pieces.MASKED` elsewhere.
+        """``(batch, members, seq_len, width)``: row ``batch.idx[r]``'s outputs at the real positions of
+        ``batch.attention_mask[r]``, :data:`~mtdnn.distillation.pieces.MASKED` elsewhere.
 
         Raises:
             RuntimeError: a row's piece count differs from its cached outputs' (never after
                 :func:`mtdnn.distillation.piece_targets.check_student`).
         """
-        real = batch["attention_mask"].bool()
+        real = batch.attention_mask.bool()
         members, _, width = self.rows[0].shape
         out = torch.full((real.shape[0], members, real.shape[1], width), MASKED)
-        for r, i in enumerate(batch["idx"].tolist()):
+        for r, i in enumerate(batch.idx.tolist()):
             row = self.rows[i]
             if row.shape[1] != int(real[r].sum()):
                 raise RuntimeError(f"row {i} of task '{batch['task']}' has {int(real[r].sum())} pieces, its cached "

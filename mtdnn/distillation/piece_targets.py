@@ -39,7 +39,7 @@ def check_tokenizer(tokenizer, encoder: str, teachers: dict[str, str], where: st
 
 def piece_tasks(tasks: list[TaskDef]) -> list[TaskDef]:
     """The tasks whose soft targets are per piece."""
-    return [t for t in tasks if t.task_type.soft_target_pieces is not None]
+    return [t for t in tasks if t.kind.soft_target_pieces is not None]
 
 
 def check_student(tokenizer, encoder: str, teacher_dir: Path, tasks: list[TaskDef], data_dir: Path,

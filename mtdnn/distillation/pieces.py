@@ -67,10 +67,10 @@ def piece_outputs(model, task: TaskDef, split: TokenizedSplit, pad_token_id: int
     rows: list = [None] * len(split)
     for keys in EvalBatchSampler(split.lengths, batch_size):
         batch = collate([split[k] for k in keys], task, pad_token_id, padding_side=split.padding_side)
-        types = batch.get("token_type_ids")
-        out = model(task.name, batch["input_ids"].to(device), batch["attention_mask"].to(device),
+        types = batch.token_type_ids
+        out = model(task.name, batch.input_ids.to(device), batch.attention_mask.to(device),
                     None if types is None else types.to(device)).float().cpu()
-        real = batch["attention_mask"].bool()
-        for r, i in enumerate(batch["idx"].tolist()):
+        real = batch.attention_mask.bool()
+        for r, i in enumerate(batch.idx.tolist()):
             rows[i] = out[r][real[r]].numpy()
-    return PieceOutputs(rows, task.task_type.soft_target_pieces.mask(split), pieces_digest(split))
+    return PieceOutputs(rows, task.kind.soft_target_pieces.mask(split), pieces_digest(split))

@@ -123,7 +123,7 @@ def member_outputs(export_dir: Path, task_name: str, split: str, data_dir: Path,
     model, tokenizer, tasks = load_export(export_dir)  # in eval mode
     task = tasks[task_name]
     rows = tokenized_split(task, split, data_dir, tokenizer, max_length)
-    if task.task_type.soft_target_pieces is not None:
+    if task.kind.soft_target_pieces is not None:
         return list(rows.ids), piece_outputs(model.to(device), task, rows, tokenizer.pad_token_id or 0, batch_size,
                                              device)
     outputs = predict_outputs(model.to(device), task, rows, tokenizer.pad_token_id or 0, batch_size, device=device)
@@ -260,7 +260,7 @@ def teacher_outputs(teacher_dir: Path, task: TaskDef, split: str, data_dir: Path
                               f"{', '.join(manifest['tasks'])}); build them, or train the task on gold labels only")
     members = manifest["tasks"][task.name]["members"]
     cross_fit = manifest.get("cross_fit")
-    per_piece = task.task_type.soft_target_pieces is not None
+    per_piece = task.kind.soft_target_pieces is not None
     if cross_fit and split == "train":
         if per_piece:
             raise CheckpointError(f"{manifest_path}: task '{task.name}' is a {task.type} task, whose per-piece soft "
@@ -323,7 +323,7 @@ def _piece_rows(cached_ids: list[str], outputs, stored: dict, task: TaskDef, ids
     if stored.get("pieces") != pieces_digest(rows):
         raise CheckpointError(f"{where}: field 'pieces': the cached outputs of task '{task.name}' were computed "
                               "on other word pieces (another tokenizer, max_length or doc_stride)")
-    if align(cached_ids, outputs.masks, ids, str(where.parent)) != task.task_type.soft_target_pieces.mask(rows):
+    if align(cached_ids, outputs.masks, ids, str(where.parent)) != task.kind.soft_target_pieces.mask(rows):
         raise CheckpointError(f"{where}: the cached label masks of task '{task.name}' differ from the data's")
     return align(cached_ids, outputs.rows, ids, str(where.parent))
 

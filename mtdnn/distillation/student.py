@@ -141,7 +141,7 @@ class StudentSpec(Spec):
 
 class SoftTargetCollator:
     """Wraps the training loader's :class:`~mtdnn.training.datamodule.TaskCollator`: a batch of a ``distill`` task also gets
-    ``teacher_logits`` ``(batch, members, outputs)`` float32, the rows ``batch["idx"]`` of the task's soft targets
+    ``teacher_logits`` ``(batch, members, outputs)`` float32, the rows ``batch.idx`` of the task's soft targets
     (per-piece types: ``(batch, members, seq_len, width)``, :mod:`mtdnn.distillation.piece_targets`)."""
 
     def __init__(self, base, teacher_logits: dict):
@@ -423,10 +423,10 @@ def student_tasks(spec: StudentSpec, spec_path: str, teacher_tasks: list[str] | 
     for name, task in tasks.items():
         if "train" not in task.splits:
             raise ConfigError(f"{spec_path}: task '{name}' has no train split; it can be evaluated, not trained")
-    if not any("dev" in t.splits and t.task_type.selected for t in tasks.values()):
+    if not any("dev" in t.splits and t.kind.selected for t in tasks.values()):
         raise ConfigError(f"{spec_path}: none of the tasks has a dev split to select the student on")
     for name in spec.distill:
-        if tasks[name].task_type.soft_targets is None:
+        if tasks[name].kind.soft_targets is None:
             raise ConfigError(f"{spec_path}: field 'distill': task '{name}' is a {tasks[name].type} task, which has "
                               "no soft targets; list it under 'gold'")
     if teacher_tasks is not None:

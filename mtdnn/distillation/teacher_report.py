@@ -74,7 +74,7 @@ def _split_outputs(teacher_dir: Path, task: TaskDef, split: str, data_dir: Path)
     """The members' cached outputs ``(n, members, outputs)`` on ``split`` and its gold labels ``(n,)``; for per-piece
     soft targets, their distributions with a gold class (labelled pieces; windows' start and end) as the n examples
     (:func:`report_inputs`)."""
-    if task.task_type.soft_target_pieces is not None:
+    if task.kind.soft_target_pieces is not None:
         return report_inputs(teacher_dir, task, split, data_dir)[:2]
 
     raw = load_split(task, split, data_dir)
@@ -122,9 +122,9 @@ def summarize(teacher_dir: Path, tasks: dict[str, TaskDef], data_dir: Path) -> d
             split_outputs, split_labels = _split_outputs(teacher_dir, task, split, data_dir)
             carried[split] = soft_target_summary(task.type, split_outputs, split_labels)
         outputs, labels = split_outputs, split_labels  # dev
-        if task.task_type.soft_targets == "probabilities":
+        if task.kind.soft_targets == "probabilities":
             carried["temperature_scaling"] = {"split": "dev", **temperature_scaling(outputs, labels, seed=0)}
-        if task.task_type.soft_target_pieces is None:
+        if task.kind.soft_target_pieces is None:
             ensemble = score(task, ensemble_outputs(task.type, outputs), labels)
         else:  # the task's own metrics (entity F1, SQuAD EM/F1) of the averaged per-piece probabilities
             ensemble = report_inputs(teacher_dir, task, "dev", data_dir)[2]
@@ -134,14 +134,14 @@ def summarize(teacher_dir: Path, tasks: dict[str, TaskDef], data_dir: Path) -> d
         if pairs and all(p["value"] == 0 for p in pairs):
             log.warning("task '%s': the %d members make identical dev predictions; vary their seeds or dropout",
                         name, len(members))
-        measure = ("mean absolute difference of predictions" if task.task_type.soft_targets == "mean"
+        measure = ("mean absolute difference of predictions" if task.kind.soft_targets == "mean"
                    else "fraction of examples with a different predicted class"
-                   if task.task_type.soft_target_pieces is None
+                   if task.kind.soft_target_pieces is None
                    else "fraction of soft-target distributions (labelled pieces; window starts and ends) with a "
                         "different predicted class")
         folds = sorted({m["fold"] for m in members if m.get("fold")})
         per_fold = []
-        for fold in folds if task.task_type.soft_target_pieces is None else []:  # no per-piece cross-fit
+        for fold in folds if task.kind.soft_target_pieces is None else []:  # no per-piece cross-fit
             columns = [j for j, m in enumerate(members) if m.get("fold") == fold]
             fold_scores = score(task, ensemble_outputs(task.type, outputs[:, columns]), labels)
             per_fold.append({"fold": fold, "members": [members[j]["member"] for j in columns],
@@ -283,22 +283,22 @@ def report_inputs(teacher_dir: Path, task: TaskDef, split_name: str, data_dir: P
     rows = PieceBatchTargets([torch.from_numpy(r) for r in
                               teacher_outputs(teacher_dir, task, split_name, data_dir, split.ids, rows=split)])
     mask = PieceBatchTargets([torch.tensor(m, dtype=torch.float32).view(1, -1, 1)
-                              for m in task.task_type.soft_target_pieces.mask(split)])
-    over = task.task_type.soft_target_pieces.over
+                              for m in task.kind.soft_target_pieces.mask(split)])
+    over = task.kind.soft_target_pieces.over
     metrics = attach_split(build_metrics(task), split)
     units, gold = [], []
     for start in range(0, len(split), batch_size):
         batch = collate([split[i] for i in range(start, min(start + batch_size, len(split)))], task,
                         tokenizer.pad_token_id or 0, padding_side=split.padding_side)
-        z, real = rows.for_batch(batch), batch["attention_mask"].bool()
-        update_metrics(metrics, task.type, ensemble_log_probabilities(z, over, real), batch["labels"], batch["weight"])
+        z, real = rows.for_batch(batch), batch.attention_mask.bool()
+        update_metrics(metrics, task.type, ensemble_log_probabilities(z, over, real), batch.labels, batch.weight)
         if over == "classes":
-            keep = (mask.for_batch(batch)[:, 0, :, 0] == 1) & (batch["labels"] >= 0)
+            keep = (mask.for_batch(batch)[:, 0, :, 0] == 1) & (batch.labels >= 0)
             units.append(z.transpose(1, 2)[keep])  # (pieces, members, classes)
-            gold.append(batch["labels"][keep])
+            gold.append(batch.labels[keep])
         else:
             units += [z[..., c] for c in range(z.shape[-1])]  # (windows, members, seq_len) per column
-            gold += [batch["labels"][:, c] for c in range(z.shape[-1])]
+            gold += [batch.labels[:, c] for c in range(z.shape[-1])]
     if over == "pieces":
         longest = max(u.shape[-1] for u in units)
         units = [torch.nn.functional.pad(u, (0, longest - u.shape[-1]), value=MASKED) for u in units]

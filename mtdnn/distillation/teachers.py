@@ -107,10 +107,10 @@ def teacher_tasks(spec: TeacherSpec, spec_path: str) -> dict[str, TaskDef]:
         if missing:
             raise ConfigError(f"{spec_path}: field 'tasks': task '{name}' has no {' or '.join(missing)} split "
                               "(members are fine-tuned on train and selected on dev)")
-        if task.task_type.soft_targets is None:
+        if task.kind.soft_targets is None:
             raise ConfigError(f"{spec_path}: field 'tasks': task '{name}' is a {task.type} task, which has no soft "
                               "targets to distil")
-        if spec.cross_fit and task.task_type.soft_target_pieces is not None:
+        if spec.cross_fit and task.kind.soft_target_pieces is not None:
             raise ConfigError(f"{spec_path}: field 'cross_fit': task '{name}' is a {task.type} task; out-of-fold "
                               "soft targets are built for sentence-level tasks only (their folds are stratified by "
                               "label); build its teachers in a spec without cross_fit")

@@ -29,7 +29,7 @@ class TaggingScores(Metric):
     ``token_accuracy``), from tag ids; integer counts summed across ranks.
 
     ``update(predicted, gold)`` takes, per sentence, the tag ids of its scored words (each word's first piece,
-    :func:`mtdnn.tasks.token.first_piece_tags`, as Hugging Face ``run_ner`` scores them; a word that yields no
+    :func:`mtdnn.tasktypes.tagging.batches.first_piece_tags`, as Hugging Face ``run_ner`` scores them; a word that yields no
     piece or is cut by ``max_length`` is not scored).
 
     The states are named after ``key``: torchmetrics merges metrics with equal states into one compute group,
@@ -119,7 +119,7 @@ class SpanScores(Metric):
 
         Args:
             logits: ``(n, seq_len, 2)``, padding positions at :data:`~mtdnn.modeling.token_heads.MASKED`.
-            labels: ``(n, 3)``: gold start, gold end and the window's row in the split (``batch["labels"]``).
+            labels: ``(n, 3)``: gold start, gold end and the window's row in the split (``batch.labels``).
             weight: ``(n,)``; rows of weight 0 (DDP padding copies) are left out.
         """
         keep = weight > 0

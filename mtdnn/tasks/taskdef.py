@@ -304,11 +304,6 @@ class TaskDef(_Strict):
         return TASK_TYPES[self.type]
 
     @property
-    def task_type(self) -> TaskKind:
-        """The same as :attr:`kind` (the older name)."""
-        return TASK_TYPES[self.type]
-
-    @property
     def qa_spec(self) -> QASpec:
         """``qa``, defaulting to a stride of 128 pieces, answers of at most 30 pieces and 20 best spans."""
         return self.qa or QASpec()

@@ -143,7 +143,7 @@ class MultiTaskModule(pl.LightningModule):
         if self.trainer.sanity_checking or not scores:
             return  # nothing is recorded during Lightning's sanity check
         # Tasks whose type is not selected (mlm) are scored but left out of the average that selects the best epoch.
-        selected = {n: s for n, s in scores.items() if self.task_defs[n].task_type.selected}
+        selected = {n: s for n, s in scores.items() if self.task_defs[n].kind.selected}
         average = average_score(selected, {n: self.task_defs[n].metric_names for n in selected})
         for name, task_scores in scores.items():
             for metric, value in task_scores.items():

@@ -110,7 +110,7 @@ def resolve_tasks(config: TrainConfig) -> dict[str, TaskDef]:
     for name, task in tasks.items():
         if "train" not in task.splits:
             raise ConfigError(f"{config.task_defs}: task '{name}' has no train split; it can be evaluated, not trained")
-    if not any("dev" in t.splits and t.task_type.selected for t in tasks.values()):
+    if not any("dev" in t.splits and t.kind.selected for t in tasks.values()):
         raise ConfigError(f"{config.task_defs}: none of the tasks {', '.join(tasks)} has a dev split to select on "
                           "(mlm tasks are scored on dev but never select the best epoch)")
     return tasks

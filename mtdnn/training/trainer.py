@@ -48,7 +48,7 @@ def _write_carves(plan) -> None:
     """``carves.json``: the articles of each side of a carve by article (SQuAD), for the record (``plan``: a
     :class:`~mtdnn.training.pipeline.Plan`)."""
     from ..fileio import write_json_atomic
-    from ..tasks.token import article_lists
+    from ..tasks.data import article_lists
     from .runs import CARVES_FILE
 
     carves = article_lists(plan.tasks, Path(plan.config.data_dir))

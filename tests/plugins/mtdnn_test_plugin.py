@@ -57,8 +57,8 @@ def _callbacks() -> list:
             self.directory, self.rows = directory, []
 
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-            real = batch["idx"][batch["weight"] > 0].tolist()
-            self.rows.append({"epoch": trainer.current_epoch, "step": trainer.global_step, "task": batch["task"],
+            real = batch.idx[batch.weight > 0].tolist()
+            self.rows.append({"epoch": trainer.current_epoch, "step": trainer.global_step, "task": batch.task,
                               "rows": real})
 
         def on_train_end(self, trainer, pl_module):

@@ -184,9 +184,9 @@ def cue_kind(task: TaskDef) -> str:
     Raises:
         ConfigError: any other task (regression, ranking over more than two candidates).
     """
-    if task.type == "ranking" and task.num_candidates == 2:
+    if task.kind.ranks_candidates and task.num_candidates == 2:
         return "warrants"
-    if task.type == "classification":
+    if task.kind.classifies:
         return "hypothesis"
     raise ConfigError(f"task '{task.name}': cue statistics need a classification task or a ranking task with two "
                       f"candidates (it is {task.type} with {task.num_candidates} candidates)")

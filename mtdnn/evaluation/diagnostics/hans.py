@@ -78,7 +78,7 @@ def entailment_label_map(task: TaskDef, overrides: dict[str, str] | None = None)
             means entailment (or none non-entailment).
     """
     overrides = overrides or {}
-    if task.type != "classification" or len(task.text) != 2:
+    if not task.kind.classifies or len(task.text) != 2:
         raise ConfigError(f"task '{task.name}': HANS needs a classification task over premise and hypothesis "
                           f"(it is {task.type} with text columns {task.text})")
     labels = list(task.labels or [])

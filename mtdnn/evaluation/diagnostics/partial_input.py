@@ -41,14 +41,14 @@ def partial_task(task: TaskDef, input: str) -> TaskDef:
         ConfigError: the input does not fit the task (naming both).
     """
     if input in ("hypothesis", "premise"):
-        if task.type != "classification" or len(task.text) != 2:
+        if not task.kind.classifies or len(task.text) != 2:
             raise ConfigError(f"--input {input}: task '{task.name}' is not a classification task over two texts "
                               f"(type {task.type}, text {task.text}); use --input warrants for a ranking task")
         column = task.text[1] if input == "hypothesis" else task.text[0]
         note = f"{input}-only baseline: reads column '{column}' only"
         return task.model_copy(update={"text": [column], "description": note})
     if input == "warrants":
-        if task.type != "ranking":
+        if not task.kind.ranks_candidates:
             raise ConfigError(f"--input warrants: task '{task.name}' is not a ranking task (it is {task.type})")
         note = f"candidates-only baseline: scores each of {', '.join(task.candidates or [])} alone"
         return task.model_copy(update={"text": [], "description": note})
@@ -80,7 +80,7 @@ def majority_baseline(task: TaskDef, data_dir: Path) -> dict:
     train = Counter(int(ex.label) for ex in load_split(task, "train", data_dir).examples)
     dev = [int(ex.label) for ex in load_split(task, "dev", data_dir).examples]
     best = max(sorted(train), key=lambda label: train[label])
-    names = task.labels if task.type == "classification" else task.candidates
+    names = task.kind.output_names(task)
     return {"label": names[best] if names else best, "train_share": train[best] / sum(train.values()),
             "dev_accuracy": sum(y == best for y in dev) / len(dev), "dev_n": len(dev)}
 

@@ -41,11 +41,11 @@ class ReportInputs:
 def applicable_sections(task) -> list[str]:
     """The diagnostics that apply to one task definition, in report order."""
     sections = []
-    if task.type == "classification" and len(task.text) == 2:
+    if task.kind.classifies and len(task.text) == 2:
         sections += [HANS, CUES, PARTIAL]
-    elif task.type == "ranking" and task.num_candidates == 2:
+    elif task.kind.ranks_candidates and task.num_candidates == 2:
         sections += [ARCT, CUES, PARTIAL]
-    elif task.type == "classification":
+    elif task.kind.classifies:
         sections += [CUES]
     return sections
 
@@ -138,7 +138,7 @@ def _partial_section(task, inputs: ReportInputs, out: Path) -> list[str]:
             lines += [f"![Partial input]({target.with_suffix('.png').name})", ""]
         lines += [f"Data: [{target.name}]({target.name})", ""]
     if not lines:
-        kind = "warrants" if task.type == "ranking" else "hypothesis"
+        kind = "warrants" if task.kind.ranks_candidates else "hypothesis"
         lines = [f"No result given. They train models; make them with `python -m mtdnn.diagnose partial-input "
                  f"--task {name} --input {kind} --seeds 42,43,44` and pass the JSON with `--partial-input`."]
     return lines

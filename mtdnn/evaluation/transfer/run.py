@@ -39,7 +39,7 @@ def run_transfer(spec: TransferSpec) -> dict:
     check_lightning_flags(accelerator=spec.accelerator, precision=spec.precision, devices=1)  # one device per run
     task_defs = shipped_task_defs(spec.task_defs)
     task = select_tasks(load_task_defs(task_defs), [spec.task], str(task_defs))[spec.task]
-    if task.type != "classification":
+    if not task.kind.classifies:
         raise ConfigError(f"--task {task.name}: few-shot transfer needs a classification task (stratified subsets, "
                           f"accuracy); '{task.name}' is a {task.type} task")
     pool_split, eval_split = choose_splits(task, spec.pool_split, spec.eval_split)
