@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+
+from mtdnn.tasks.batch import Batch
 import yaml
 
 from mtdnn.distillation import soft_targets
@@ -119,10 +121,11 @@ def test_per_piece_targets_are_placed_at_each_rows_real_pieces(padding_side):
     mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0]])
     if padding_side == "left":
         mask = mask.flip(1)
-    batch = {"task": "t", "idx": torch.tensor([1, 0]), "attention_mask": mask.flip(0)}
+    batch = Batch(task="t", input_ids=torch.zeros(2, 4, dtype=torch.long), attention_mask=mask.flip(0),
+                  idx=torch.tensor([1, 0]), weight=torch.ones(2))
     placed = PieceBatchTargets(rows).for_batch(batch)
     assert placed.shape == (2, 2, 4, 2)
-    real = batch["attention_mask"].bool()
+    real = batch.attention_mask.bool()
     assert torch.equal(placed[0][:, real[0]], rows[1]) and torch.equal(placed[1][:, real[1]], rows[0])
     assert (placed[0][:, ~real[0]] == MASKED).all() and (placed[1][:, ~real[1]] == -1e4).all()
     with pytest.raises(RuntimeError, match="row 0 of task 't' has 3 pieces, its cached teacher outputs 1"):
