@@ -11,7 +11,7 @@ import time, torch
 from pathlib import Path
 from mtdnn.modeling.model import load_tokenizer
 from mtdnn.tasks.taskdef import load_task_defs
-from mtdnn.tasks.data import tokenized_split
+from mtdnn.tasks.tokenized import tokenized_split
 from mtdnn.modeling.metrics import build_metrics, attach_split, compute_metrics, update_metrics
 from mtdnn.tasktypes.spans.batches import collate_spans
 tok = load_tokenizer('packaged-minilm')

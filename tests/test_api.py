@@ -122,7 +122,8 @@ def test_accumulated_loss_normaliser_equals_one_big_batch(tiny_encoder, tokenize
     """Two accumulated batches of 5 and 3 real examples give the gradient of one batch of the 8 (sum / 8)."""
     from types import SimpleNamespace
 
-    from mtdnn.tasks.data import collate, tokenize_examples
+    from mtdnn.tasks.collate import collate
+    from mtdnn.tasks.tokenized import tokenize_examples
     from mtdnn.tasks.taskdef import load_task_defs
     from mtdnn.tasks.data import Example
     from mtdnn.training.module import MultiTaskModule

@@ -9,7 +9,8 @@ import torch
 from lightning_fabric.utilities.apply_func import move_data_to_device
 
 from mtdnn.tasks.batch import Batch
-from mtdnn.tasks.data import collate, tokenize_examples
+from mtdnn.tasks.collate import collate
+from mtdnn.tasks.tokenized import tokenize_examples
 from mtdnn.tasks.rows import IGNORE, Example
 from mtdnn.tasks.taskdef import parse_tasks
 from mtdnn.tasktypes.mlm.batches import MlmBatch

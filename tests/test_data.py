@@ -6,7 +6,9 @@ from pathlib import Path
 import pytest
 
 from mtdnn.tasks import data as data_mod
-from mtdnn.tasks.data import collate, load_split, tokenized_split
+from mtdnn.tasks.collate import collate
+from mtdnn.tasks.data import load_split
+from mtdnn.tasks.tokenized import tokenized_split
 from mtdnn.errors import DataError
 from mtdnn.tasks.taskdef import parse_tasks
 

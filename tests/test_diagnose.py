@@ -13,7 +13,8 @@ import yaml
 from mtdnn.errors import ConfigError, DataError, run_cli
 from mtdnn.evaluation.diagnostics import arct, cues, hans, hans_file, partial_input
 from mtdnn.cli import diagnose
-from mtdnn.tasks.data import Example, load_split, tokenize_examples
+from mtdnn.tasks.data import Example, load_split
+from mtdnn.tasks.tokenized import tokenize_examples
 from mtdnn.tasks.taskdef import load_task_defs, parse_tasks
 from mtdnn import train
 

@@ -92,7 +92,7 @@ def test_align_by_id_never_misaligns():
 
 
 def test_student_batches_carry_the_soft_targets_of_their_rows(data_dir, tokenizer):
-    from mtdnn.tasks.data import tokenized_split
+    from mtdnn.tasks.tokenized import tokenized_split
     from mtdnn.distillation.student import DistillationDataModule
     from mtdnn.tasks.taskdef import load_task_defs, select_tasks
 
@@ -261,7 +261,8 @@ def test_rerun_reuses_every_member_and_cached_output(world):
 
 
 def test_cached_outputs_are_the_members_logits_by_example_id(world):
-    from mtdnn.tasks.data import collate, tokenized_split
+    from mtdnn.tasks.collate import collate
+    from mtdnn.tasks.tokenized import tokenized_split
     from mtdnn.training.export import load_export
 
     export = world["teachers"] / "rte" / "member-1" / "export"

@@ -133,7 +133,9 @@ def encoders(tmp_path_factory) -> dict[str, str]:
 @pytest.mark.parametrize("family", SUPPORTED)
 def test_segment_ids_padding_side_and_summary_token(encoders, family):
     from mtdnn.modeling.model import MultiTaskModel, load_encoder, load_tokenizer
-    from mtdnn.tasks.data import Example, collate, tokenize_examples
+    from mtdnn.tasks.data import Example
+    from mtdnn.tasks.collate import collate
+    from mtdnn.tasks.tokenized import tokenize_examples
     from mtdnn.tasks.taskdef import parse_tasks
     from mtdnn.training.inference import predict_outputs
 

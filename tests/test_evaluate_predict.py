@@ -90,7 +90,7 @@ def test_evaluate_from_a_copied_export_alone(run_dir, data_dir, tmp_path):
 
 
 def test_batches_are_length_sorted_and_outputs_come_back_in_input_order(tiny_encoder):
-    from mtdnn.tasks.data import TokenizedSplit
+    from mtdnn.tasks.tokenized import TokenizedSplit
     from mtdnn.training.inference import predict_outputs
     from mtdnn.tasks.taskdef import parse_tasks
 
@@ -109,7 +109,8 @@ def test_batches_are_length_sorted_and_outputs_come_back_in_input_order(tiny_enc
 
 
 def test_batched_predictions_equal_one_at_a_time(run_dir, data_dir):
-    from mtdnn.tasks.data import load_split, tokenize_examples
+    from mtdnn.tasks.data import load_split
+    from mtdnn.tasks.tokenized import tokenize_examples
     from mtdnn.training.inference import load_model, predict_outputs
 
     loaded = load_model(run_dir)

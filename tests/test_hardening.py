@@ -189,7 +189,7 @@ def test_task_definition_refuses_non_finite_weights(tmp_path):
 
 def test_max_length_too_short_for_the_tokenizer_is_refused_before_any_file(tmp_path, tiny_encoder, capsys):
     from mtdnn.modeling.model import load_tokenizer
-    from mtdnn.tasks.data import check_max_length
+    from mtdnn.tasks.tokenized import check_max_length
     from mtdnn.tasks.taskdef import load_task_defs
 
     task = load_task_defs(tiny_task_file(tmp_path))["tiny"]
@@ -208,7 +208,7 @@ def test_max_length_too_short_for_the_tokenizer_is_refused_before_any_file(tmp_p
 
 
 def test_cache_key_ignores_leftover_truncation_state(tmp_path, tokenizer, monkeypatch):
-    from mtdnn.tasks.data import tokenized_split
+    from mtdnn.tasks.tokenized import tokenized_split
     from mtdnn.tasks.taskdef import load_task_defs
 
     monkeypatch.setenv("MTDNN_CACHE_DIR", str(tmp_path / "cache"))

@@ -184,7 +184,7 @@ def _pair_task(tmp_path: Path, rows: int, name: str = "tiny", fmt: str = "tsv") 
 @pytest.fixture
 def cached(tmp_path, monkeypatch, tokenizer):
     """``(task, tokenized(split), cache root)`` over a 7-row train and 3-row dev file, in a fresh cache."""
-    from mtdnn.tasks.data import tokenized_split
+    from mtdnn.tasks.tokenized import tokenized_split
     from mtdnn.tasks.taskdef import load_task_defs
 
     monkeypatch.setenv("MTDNN_CACHE_DIR", str(tmp_path / "cache"))

@@ -30,7 +30,7 @@ def text_dir(tmp_path):
 
 
 def test_texts_are_packed_with_word_ids(text_dir, tokenizer):
-    from mtdnn.tasks.data import tokenized_split
+    from mtdnn.tasks.tokenized import tokenized_split
 
     split = tokenized_split(mlm_task(max_length=24), "train", text_dir, tokenizer)
     texts = [t for line in TEXTS.splitlines()[1:] for t in line.split("\t") if t.strip()]
@@ -118,7 +118,8 @@ def lengthen(text_dir):
 
 
 def test_collate_masks_labels_and_span_boundaries(text_dir, tokenizer):
-    from mtdnn.tasks.data import collate, tokenized_split
+    from mtdnn.tasks.collate import collate
+    from mtdnn.tasks.tokenized import tokenized_split
 
     lengthen(text_dir)
     task = mlm_task("span", sbo=True, max_length=64)
@@ -143,7 +144,8 @@ def test_collate_masks_labels_and_span_boundaries(text_dir, tokenizer):
 def test_head_is_tied_to_the_input_embeddings_and_sbo_adds_a_loss(text_dir, tokenizer, tiny_encoder):
     from mtdnn.modeling.losses import LOSSES
     from mtdnn.modeling.model import MultiTaskModel, load_encoder
-    from mtdnn.tasks.data import collate, tokenized_split
+    from mtdnn.tasks.collate import collate
+    from mtdnn.tasks.tokenized import tokenized_split
 
     lengthen(text_dir)
     task = mlm_task("span", sbo=True, max_length=64)
@@ -238,7 +240,8 @@ def test_training_with_an_mlm_task_leaves_it_out_of_selection(tmp_path, data_dir
 
 
 def test_length_buckets_pad_token_aligned_head_inputs_and_labels(text_dir, tokenizer):
-    from mtdnn.tasks.data import collate, tokenized_split
+    from mtdnn.tasks.collate import collate
+    from mtdnn.tasks.tokenized import tokenized_split
     from mtdnn.training.datamodule import pad_to_bucket
 
     lengthen(text_dir)

@@ -63,7 +63,7 @@ def test_train_and_partial_input_reach_execute(reached, tmp_path, data_dir, tiny
 
 def test_transfer_fine_tunes_reach_execute_and_write_nothing(reached, data_dir, tiny_encoder, tokenizer):
     from mtdnn.evaluation.transfer import SETTINGS, Encoder, fine_tune
-    from mtdnn.tasks.data import tokenized_split
+    from mtdnn.tasks.tokenized import tokenized_split
     from mtdnn.tasks.taskdef import load_task_defs
 
     snli = load_task_defs(GLUE)["snli"]

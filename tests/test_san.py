@@ -119,7 +119,8 @@ def test_linear_head_distillation_is_unchanged_by_the_tempered_path():
 def test_sequence_ids_are_tokenized_and_cached_without_token_type_ids(tmp_path, tokenizer):
     import copy
 
-    from mtdnn.tasks.data import collate, tokenized_split
+    from mtdnn.tasks.collate import collate
+    from mtdnn.tasks.tokenized import tokenized_split
 
     (tmp_path / "t.tsv").write_text("p\th\tl\nthe cat sat\ta cat\ta\nbirds fly south\tthey do\tb\n")
     no_types = copy.deepcopy(tokenizer)
@@ -140,7 +141,8 @@ def test_sequence_ids_are_tokenized_and_cached_without_token_type_ids(tmp_path, 
 def test_san_model_trains_a_step(tmp_path, tiny_encoder, tokenizer):
     from mtdnn.modeling.losses import cross_entropy
     from mtdnn.modeling.model import MultiTaskModel, load_encoder
-    from mtdnn.tasks.data import collate, tokenized_split
+    from mtdnn.tasks.collate import collate
+    from mtdnn.tasks.tokenized import tokenized_split
 
     (tmp_path / "t.tsv").write_text("p\th\tl\nthe cat sat\ta cat\ta\nbirds fly south\tthey do\tb\n")
     task = san_task(steps=3)
@@ -179,7 +181,8 @@ def test_san_on_a_single_sentence_task_exits_2_and_writes_nothing(tmp_path, caps
 
 
 def test_length_buckets_pad_sequence_ids(tmp_path, tokenizer):
-    from mtdnn.tasks.data import collate, tokenized_split
+    from mtdnn.tasks.collate import collate
+    from mtdnn.tasks.tokenized import tokenized_split
     from mtdnn.training.datamodule import pad_to_bucket
 
     (tmp_path / "t.tsv").write_text("p\th\tl\nthe cat sat\ta cat\ta\n")

@@ -12,7 +12,7 @@ GLUE = str(ROOT / "task_defs" / "glue.yaml")
 
 
 def test_bucket_padding_changes_no_output(data_dir, tiny_encoder, tokenizer):
-    from mtdnn.tasks.data import tokenized_split
+    from mtdnn.tasks.tokenized import tokenized_split
     from mtdnn.tasks.taskdef import load_task_defs
     from mtdnn.training.module import MultiTaskModule
     from mtdnn.training.datamodule import TaskCollator

@@ -13,7 +13,8 @@ from mtdnn.modeling.losses import DISTILLATION_LOSSES, LOSSES
 from mtdnn.modeling.metrics import METRICS, build_metrics, compute_metrics, update_metrics
 from mtdnn.modeling.model import MultiTaskModel, load_encoder
 from mtdnn.tasks import types
-from mtdnn.tasks.data import collate, tokenized_split
+from mtdnn.tasks.collate import collate
+from mtdnn.tasks.tokenized import tokenized_split
 from mtdnn.tasks.taskdef import parse_tasks
 from mtdnn.tasktypes import REGISTERED
 from mtdnn.tasktypes.sentence import Classification

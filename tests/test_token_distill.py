@@ -202,7 +202,7 @@ def world(tmp_path_factory, data_dir, tiny_encoder):
 
 
 def _member(world, task, k=1):
-    from mtdnn.tasks.data import tokenized_split
+    from mtdnn.tasks.tokenized import tokenized_split
     from mtdnn.training.export import load_export
 
     model, tokenizer, tasks = load_export(world["teachers"] / task / f"member-{k}" / "export")
@@ -210,7 +210,7 @@ def _member(world, task, k=1):
 
 
 def _alone(model, task, split, tokenizer, row):
-    from mtdnn.tasks.data import collate
+    from mtdnn.tasks.collate import collate
 
     batch = collate([split[row]], task, tokenizer.pad_token_id)
     with torch.no_grad():
@@ -249,7 +249,8 @@ def test_qa_soft_targets_are_start_and_end_logits_per_window_keyed_by_question_a
 
 
 def test_teacher_report_scores_the_ensemble_with_each_tasks_own_metrics(world):
-    from mtdnn.tasks.data import collate, tokenized_split
+    from mtdnn.tasks.collate import collate
+    from mtdnn.tasks.tokenized import tokenized_split
     from mtdnn.modeling.entity_metrics import entity_counts, scores_from_counts
 
     report = json.loads((world["teachers"] / "teachers.json").read_text())

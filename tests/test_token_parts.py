@@ -208,7 +208,7 @@ def test_windows_with_an_answer_across_a_window_edge(tokenizer):
 
 def test_limits_and_counts_of_a_windowed_split_are_questions(tokenizer):
     """--limit-*-examples keeps every window of the first N questions; evaluate counts questions, not windows."""
-    from mtdnn.tasks.data import TokenizedSplit
+    from mtdnn.tasks.tokenized import TokenizedSplit
     from mtdnn.tasktypes.spans.squad import Answer, QAExample
 
     long_context = " ".join(f"w{i}" for i in range(120))

@@ -58,7 +58,8 @@ def test_checkpoints_load_with_weights_only(two_task_run):
 def test_export_round_trip_matches_the_best_checkpoint(two_task_run, data_dir):
     from transformers import AutoModel
 
-    from mtdnn.tasks.data import collate, tokenized_split
+    from mtdnn.tasks.collate import collate
+    from mtdnn.tasks.tokenized import tokenized_split
     from mtdnn.training.export import load_export
     from mtdnn.training.module import MultiTaskModule
 

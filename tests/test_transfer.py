@@ -215,7 +215,7 @@ def test_an_interrupted_sweep_resumes_from_finished_runs(snli_sweep, monkeypatch
 
 
 def test_fine_tune_learns_its_subset_and_evaluate_scores_it(data_dir, tiny_encoder, tokenizer):
-    from mtdnn.tasks.data import tokenized_split
+    from mtdnn.tasks.tokenized import tokenized_split
     from mtdnn.modeling.model import MultiTaskModel, load_encoder
     from mtdnn.tasks.taskdef import load_task_defs
     from mtdnn.evaluation.transfer import Encoder, TransferSettings, evaluate_split, fine_tune

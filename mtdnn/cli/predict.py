@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging()
     from ..fileio import prepare_output_path
-    from ..tasks.data import tokenize_examples, tokenized_split
+    from ..tasks.tokenized import tokenize_examples, tokenized_split
     from ..training.inference import load_model
 
     loaded = load_model(args.model, args.checkpoint, args.trust_remote_code)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from ..modeling.model import load_tokenizer
-from ..tasks.data import tokenized_split, tokenizer_fingerprint
+from ..tasks.tokenized import tokenized_split, tokenizer_fingerprint
 from ..tasks.taskdef import TaskDef
 from .multitask_run import multitask_export
 from .pieces import pieces_digest
@@ -26,7 +26,7 @@ def check_tokenizer(tokenizer, encoder: str, teachers: dict[str, str], where: st
 
     Raises:
         ConfigError: naming the student's encoder and the first teacher whose fingerprint differs, with both
-            fingerprints (:func:`mtdnn.tasks.data.tokenizer_fingerprint`).
+            fingerprints (:func:`mtdnn.tasks.tokenized.tokenizer_fingerprint`).
     """
     mine = tokenizer_fingerprint(tokenizer)
     for teacher, theirs in teachers.items():

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..tasks.data import TokenizedSplit, collate
+from ..tasks.tokenized import TokenizedSplit
+from ..tasks.collate import collate
 from ..tasks.schedule import EvalBatchSampler
 from ..tasks.taskdef import TaskDef
 

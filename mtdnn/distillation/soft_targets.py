@@ -30,7 +30,8 @@ import torch
 
 from ..errors import CheckpointError
 from ..fileio import default_mode, make_dir, read_json, read_yaml, tree_digest, write_json_atomic
-from ..tasks.data import load_split, tokenized_split
+from ..tasks.data import load_split
+from ..tasks.tokenized import tokenized_split
 from ..tasks.taskdef import TaskDef
 from ..training.export import load_export
 from ..training.inference import predict_outputs

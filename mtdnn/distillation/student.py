@@ -95,7 +95,8 @@ def distill(spec: StudentSpec, spec_path: str, teacher_spec: TeacherSpec | None 
     """
     from ..errors import check_bools
     from ..modeling.model import load_tokenizer
-    from ..tasks.data import check_files, check_max_length
+    from ..tasks.data import check_files
+    from ..tasks.tokenized import check_max_length
     from ..training.flags import check_trainer_flags
     from ..training.pipeline import check_unfinished
     from ..training.resolve import config_is_global_zero
@@ -175,7 +176,7 @@ def train_student(spec: StudentSpec, spec_path: str, tasks: dict[str, TaskDef], 
     student continues with ``resume``."""
     from ..modeling.heads import resolve_pooling
     from ..modeling.model import load_encoder, load_tokenizer
-    from ..tasks.data import tokenized_split
+    from ..tasks.tokenized import tokenized_split
     from ..training import pipeline
     from ..training.runs import RUN_ENTRIES
     from ..training.resolve import datamodule_for

@@ -21,7 +21,9 @@ from ..modeling.losses import ensemble_prediction, ensemble_probabilities
 from ..modeling.metrics import attach_split, average_score, build_metrics, compute_metrics, update_metrics
 from ..modeling.model import load_tokenizer
 from ..tables import markdown_table
-from ..tasks.data import collate, load_split, tokenized_split
+from ..tasks.collate import collate
+from ..tasks.data import load_split
+from ..tasks.tokenized import tokenized_split
 from ..tasks.taskdef import TaskDef
 from ..tasks.types import TASK_TYPES
 from ..training.runs import complete_run

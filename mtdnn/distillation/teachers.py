@@ -46,7 +46,8 @@ from ..errors import CheckpointError, ConfigError
 from ..fileio import (DirectoryLock, check_output_dir, claim_output_dir, read_json, remove_stale_temporaries,
                       write_atomic, write_json_atomic, write_yaml_atomic)
 from ..modeling.model import load_tokenizer
-from ..tasks.data import check_files, tokenizer_fingerprint
+from ..tasks.data import check_files
+from ..tasks.tokenized import tokenizer_fingerprint
 from ..tasks.taskdef import TaskDef, load_task_defs, select_tasks
 from ..training import trainer as train
 from ..training.config import TrainConfig

@@ -29,7 +29,7 @@ def evaluation_splits(loaded, names: list[str] | None, split: str, data_dir: Pat
         ConfigError: a task the model was not trained on.
         DataError: a task without the split, no task with it, or a split without labels.
     """
-    from ..tasks.data import tokenized_split
+    from ..tasks.tokenized import tokenized_split
 
     if names is None:  # every task with the split and with labels (an mlm task has none)
         names = [n for n, t in loaded.tasks.items() if split in t.splits and t.kind.labelled]

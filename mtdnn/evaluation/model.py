@@ -86,7 +86,7 @@ class TrainedModel:
                 of the task's columns to strings (a list, bytes, a number...), the wrong number of texts, or a
                 mapping without one of the task's columns.
         """
-        from ..tasks.data import tokenize_examples
+        from ..tasks.tokenized import tokenize_examples
         from .predict import input_columns, make_example, predict_examples
 
         definition = self._task(task)

@@ -32,7 +32,7 @@ import torch
 from ..errors import DataError
 from ..modeling.entity_metrics import entities
 from ..modeling.span_decoding import decode_spans
-from ..tasks.data import TokenizedSplit
+from ..tasks.tokenized import TokenizedSplit
 from ..tasks.taskdef import TaskDef
 from ..tasktypes.spans.squad import QAExample
 from ..tasktypes.tagging.conll import TaggedSentence
@@ -139,7 +139,7 @@ def tag_words(task: TaskDef, sentences: list[list[str]], loaded, batch_size: int
     Returns:
         per sentence, one tag name per word.
     """
-    from ..tasks.data import tokenize_examples
+    from ..tasks.tokenized import tokenize_examples
     from ..training.inference import predict_outputs
 
     max_length = loaded.max_length or task.max_length
@@ -220,10 +220,11 @@ def predict_token_task(args, loaded, task: TaskDef, device: str) -> tuple[str, i
 
     Raises:
         ConfigError: ``--format glue``.
-        DataError: see :func:`read_raw` and :func:`mtdnn.tasks.data.tokenized_split`; a raw text without words.
+        DataError: see :func:`read_raw` and :func:`mtdnn.tasks.tokenized.tokenized_split`; a raw text without words.
     """
     from ..errors import ConfigError
-    from ..tasks.data import load_split, tokenize_examples
+    from ..tasks.data import load_split
+    from ..tasks.tokenized import tokenize_examples
     from ..training.inference import predict_outputs
 
     fmt = args.format or "jsonl"

@@ -185,7 +185,7 @@ class EvalBatchSampler(torch.utils.data.Sampler):
     Every rank gets the same number of batches, ``ceil(batches / W)``, so that each reaches every collective of
     the evaluation (DDP's forward, the metrics' gather) even with more ranks than batches: a rank short of
     batches gets padding batches of one key ``(row, 0.0)``, the shortest row with weight 0, which
-    :class:`~mtdnn.tasks.data.TokenizedSplit` marks as padding and the metrics leave out.
+    :class:`~mtdnn.tasks.tokenized.TokenizedSplit` marks as padding and the metrics leave out.
     """
 
     def __init__(self, lengths: Sequence[int], batch_size: int, rank: int = 0, world_size: int = 1):

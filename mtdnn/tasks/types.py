@@ -146,7 +146,7 @@ class TaskKind(ABC):
     @abstractmethod
     def collate(self, features: list[dict[str, Any]], task: TaskDef, pad_token_id: int, pad_to_multiple_of: int = 1,
                 tokenizer=None):
-        """Items of a tokenized split -> the type's batch (see :func:`mtdnn.tasks.data.collate`)."""
+        """Items of a tokenized split -> the type's batch (see :func:`mtdnn.tasks.collate.collate`)."""
 
     @abstractmethod
     def metric_inputs(self, outputs, labels, weight) -> tuple:

@@ -13,7 +13,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from ..tasks.batch import Batch
-from ..tasks.data import TokenizedSplit, collate, pad_left, tokenized_split
+from ..tasks.tokenized import TokenizedSplit, tokenized_split
+from ..tasks.collate import collate, pad_left
 from ..tasks.schedule import EvalBatchSampler, MultiTaskBatchSampler, TaskSize
 from ..tasks.taskdef import TaskDef
 
@@ -46,13 +47,13 @@ class MultiTaskTrainSet(torch.utils.data.Dataset):
 class TaskCollator:
     """``collate_fn`` for batches that hold one task each (the task is read from the items or fixed).
 
-    Besides :func:`~mtdnn.tasks.data.collate`'s tensors the batch holds two Python ints counted on the host,
+    Besides :func:`~mtdnn.tasks.collate.collate`'s tensors the batch holds two Python ints counted on the host,
     so that the training step needs no host-device synchronisation: ``examples`` (this rank's real rows) and,
     for scheduled training batches, ``global_examples`` (the step's real rows on all ranks, from the schedule).
 
     With ``length_buckets`` (ascending lengths), each batch is padded to the shortest bucket that holds its
     longest sequence: a compiled encoder then sees a bounded set of sequence lengths (see :func:`bucket_length`).
-    A tokenizer that pads on the left (XLNet) gets its batches padded on the left (:func:`~mtdnn.tasks.data.pad_left`).
+    A tokenizer that pads on the left (XLNet) gets its batches padded on the left (:func:`~mtdnn.tasks.collate.pad_left`).
     """
 
     def __init__(self, tasks: list[TaskDef], pad_token_id: int, pad_to_multiple_of: int = 1,

@@ -21,7 +21,9 @@ from typing import Any
 
 import torch
 
-from ..tasks.data import TokenizedSplit, collate, resolve_data_dir
+from ..tasks.tokenized import TokenizedSplit
+from ..tasks.collate import collate
+from ..tasks.data import resolve_data_dir
 from ..errors import CheckpointError, ConfigError
 from .export import is_export_dir, load_export
 from ..modeling.metrics import update_metrics

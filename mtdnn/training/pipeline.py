@@ -127,7 +127,8 @@ def plan(config: TrainConfig, *, overwrite: bool = False, resume: bool = False, 
     import pytorch_lightning as pl
 
     from ..modeling.model import load_tokenizer
-    from ..tasks.data import check_files, check_max_length, split_fingerprint
+    from ..tasks.data import check_files, split_fingerprint
+    from ..tasks.tokenized import check_max_length
     from .export import resolve_export
     from .flags import check_loggers, check_trainer_flags
     from .resume import check_resumable

@@ -128,7 +128,7 @@ def arct_diagnosis(loaded, task_name: str, adversarial: str, data_dir: Path, dev
     Raises:
         ConfigError, DataError: see :func:`adversarial_task`, :func:`pair_adversarial`.
     """
-    from ...tasks.data import tokenize_examples
+    from ...tasks.tokenized import tokenize_examples
     from ...training.inference import predict_outputs
 
     task = loaded.task(task_name)

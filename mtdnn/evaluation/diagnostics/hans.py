@@ -132,7 +132,8 @@ def model_predictor(loaded, task: TaskDef, mapping: dict[str, str], device: str 
     max length), scores it with the task's head and maps the arg-max label through ``mapping``.
     """
     # in the function: scoring with --rule, and reading HANS files, import no torch
-    from ...tasks.data import Example, tokenize_examples
+    from ...tasks.data import Example
+    from ...tasks.tokenized import tokenize_examples
     from ...training.inference import predict_outputs
 
     labels = list(task.labels or [])

@@ -54,7 +54,7 @@ def run_sweep(task: TaskDef, encoders: list[Encoder], sizes: list[int], orders: 
         KeyboardInterrupt: the user interrupted a fine-tune (finished runs are kept).
     """
     from ...modeling.model import load_tokenizer
-    from ...tasks.data import tokenized_split
+    from ...tasks.tokenized import tokenized_split
 
     seeds = list(orders)
     records: dict[str, dict[int, dict[int, dict]]] = {}
