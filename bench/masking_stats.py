@@ -25,7 +25,8 @@ sys.path.insert(0, str(ROOT))
 
 from mtdnn.fileio import write_json_atomic  # noqa: E402
 from mtdnn.modeling.model import load_tokenizer  # noqa: E402
-from mtdnn.tasks.data import resolve_data_dir, tokenized_split  # noqa: E402
+from mtdnn.tasks.data import resolve_data_dir  # noqa: E402
+from mtdnn.tasks.tokenized import tokenized_split  # noqa: E402
 from mtdnn.tasktypes.mlm.masking import mask_sequence, rng_for, words_of  # noqa: E402
 from mtdnn.tasks.taskdef import load_task_defs, parse_tasks  # noqa: E402
 

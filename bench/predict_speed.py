@@ -34,7 +34,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from mtdnn.tasks.collate import collate
-from mtdnn.tasks.data import load_split, resolve_data_dir, tokenize_examples  # noqa: E402
+from mtdnn.tasks.data import load_split, resolve_data_dir  # noqa: E402
+from mtdnn.tasks.tokenized import tokenize_examples  # noqa: E402
 from mtdnn.training.inference import decode, load_model, predict_outputs  # noqa: E402
 from mtdnn.modeling.model import MultiTaskModel, load_encoder, load_tokenizer  # noqa: E402
 from mtdnn.tasks.taskdef import load_task_defs  # noqa: E402
