@@ -36,11 +36,9 @@ def measure(package: Path) -> dict:
     setting_classes = []
     for f in files:
         tree = ast.parse(f.read_text(encoding="utf-8"))
+        function_imports += _function_imports(tree)  # each counted once, however deeply its function is nested
         for node in ast.walk(tree):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                function_imports += sum(isinstance(n, (ast.Import, ast.ImportFrom)) for n in ast.walk(node)
-                                        if n is not node)
-            elif isinstance(node, ast.Call):
+            if isinstance(node, ast.Call):
                 name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
                 trainer_sites += name == "Trainer"
             elif isinstance(node, ast.Compare):
@@ -53,8 +51,6 @@ def measure(package: Path) -> dict:
                          isinstance(s.target, ast.Name)}
                 if len(names & SETTING_NAMES) >= 2:
                     setting_classes.append(f"{f.relative_to(package.parent)}:{node.name}")
-    # function-level imports counted once each (ast.walk of nested functions would count them twice)
-    function_imports = sum(_function_imports(ast.parse(f.read_text(encoding="utf-8"))) for f in files)
     longest = max(lines, key=lines.get)
     return {"package": str(package), "files": len(files), "lines": sum(lines.values()),
             "longest_file": longest, "longest_lines": lines[longest],

@@ -130,13 +130,12 @@ def distill(spec: StudentSpec, spec_path: str, teacher_spec: TeacherSpec | None 
     # 2. With a teacher spec, the teachers are built (or resumed) now (per-piece soft targets: once the student's
     # tokenizer is known to be the members').
     if teacher_spec is not None:
-        if run and piece_targets.piece_tasks([tasks[n] for n in spec.distill]):
-            source, _ = resolve_init(spec, spec_path, run, teacher_dir)
-            piece_targets.check_before_build(load_tokenizer(source), source, run, [tasks[n] for n in spec.distill],
-                                             spec_path, spec.train.max_length, teacher_spec.finetune.max_length)
-        if run:  # the student's lengths fit its encoder, before any teacher is built
+        if run:  # the student's tokenizer, pieces and lengths fit, before any teacher is built
             source, _ = resolve_init(spec, spec_path, run, teacher_dir)
             tokenizer = load_tokenizer(source)
+            if piece_targets.piece_tasks([tasks[n] for n in spec.distill]):
+                piece_targets.check_before_build(tokenizer, source, run, [tasks[n] for n in spec.distill], spec_path,
+                                                 spec.train.max_length, teacher_spec.finetune.max_length)
             for task in tasks.values():
                 check_max_length(task, tokenizer, spec.train.max_length,
                                  f"{spec_path}: field 'train.max_length'" if spec.train.max_length else

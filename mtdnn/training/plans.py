@@ -3,7 +3,7 @@ the :class:`Result` of executing it (see :mod:`mtdnn.training.pipeline`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -66,7 +66,6 @@ class Plan:
     prepare: Callable[["Plan"], None] | None = None
     report: Callable[[dict, Path], Any] | None = None
     root_dir: Path | None = None
-    extra: dict = field(default_factory=dict)
 
 
 @dataclass
