@@ -11,6 +11,8 @@ mtdnn.<command>`` runs each command.
 
 __version__ = "0.1.0"
 
+import importlib
+
 from . import tasktypes  # noqa: E402,F401  fills the registry of task types (mtdnn.tasks.types) before any use; no torch
 
 _API = ("TrainConfig", "Run", "TrainedModel", "fit", "load", "build_teachers", "distill", "transfer")
@@ -22,10 +24,9 @@ _COMMANDS = ("distill", "transfer")  # also the python -m entry points: callable
 
 def __getattr__(name: str):
     if name in _COMMANDS:
-        import importlib
-
         return importlib.import_module(f"{__name__}.{name}")
     if name in _API:
+        # keeps torch out of import time
         from . import api
 
         return getattr(api, name)

@@ -16,13 +16,20 @@ interrupted training raises :class:`~mtdnn.errors.Interrupted`.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-from .errors import ConfigError
 from .distillation.specs import TeacherSpec, load_spec
+from .distillation.student import StudentSpec
+from .distillation.student import distill as distill_specs
+from .distillation.teachers import build
+from .errors import ConfigError, check_bools, validate
 from .evaluation.model import TrainedModel, load
+from .evaluation.transfer import TransferSpec, run_transfer
+from .tasks.data import resolve_data_dir
 from .training.config import TrainConfig, load_config, validate_config
 from .training.runs import Run
+from .training.trainer import fit as fit_config
 
 __all__ = ["TrainConfig", "Run", "TrainedModel", "fit", "load", "build_teachers", "distill", "transfer"]
 
@@ -41,7 +48,6 @@ def fit(config: TrainConfig | dict | str | Path, *, overwrite: bool = False, res
         ConfigError, DataError, CheckpointError: bad settings, data or run directory (nothing written).
         Interrupted: Ctrl-C or SIGTERM during training.
     """
-    from .training.trainer import fit as fit_config
 
     if isinstance(config, dict):
         config = validate_config(config, "fit(config)")
@@ -58,8 +64,6 @@ def fit(config: TrainConfig | dict | str | Path, *, overwrite: bool = False, res
 
 
 def _spec(spec, model, kind: str):
-    import os
-
     if isinstance(spec, model):
         return spec, f"{kind} spec"
     if not isinstance(spec, (str, os.PathLike)):
@@ -69,8 +73,6 @@ def _spec(spec, model, kind: str):
 
 
 def _data_dir(data_dir):
-    from .tasks.data import resolve_data_dir
-
     return resolve_data_dir(None if data_dir is None else str(data_dir))
 
 
@@ -86,8 +88,6 @@ def build_teachers(spec: TeacherSpec | str | Path, *, from_run: str | None = Non
     Returns:
         The teacher directory (``teachers.json`` and ``teachers.md`` hold the report).
     """
-    from .distillation.teachers import build
-    from .errors import check_bools
 
     check_bools("build_teachers()", retrain_changed=retrain_changed)
     spec, source = _spec(spec, TeacherSpec, "teacher")
@@ -106,8 +106,6 @@ def distill(student, teachers=None, *, data_dir: str | Path | None = None, from_
     Returns:
         The student's :class:`Run` (``report.json`` and ``report.md`` in its directory).
     """
-    from .distillation.student import StudentSpec, distill as distill_specs
-    from .errors import check_bools
 
     check_bools("distill()", overwrite=overwrite, retrain_changed=retrain_changed)
     spec, source = _spec(student, StudentSpec, "student")
@@ -132,8 +130,6 @@ def transfer(spec=None, **settings) -> dict:
         ConfigError, DataError, CheckpointError: bad settings, data or runs, before any training.
         Interrupted: Ctrl-C (finished runs are kept and reused by a rerun).
     """
-    from .errors import validate
-    from .evaluation.transfer import TransferSpec, run_transfer
 
     if spec is None:
         spec = validate(TransferSpec, settings, "transfer()")

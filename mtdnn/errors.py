@@ -9,8 +9,12 @@ instead of a traceback.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 from typing import Callable
+
+from pydantic import ValidationError
 
 
 class UserError(Exception):
@@ -53,7 +57,6 @@ def validate(model, raw, source: str, flags: bool = False):
     Raises:
         ConfigError: one line per problem (:func:`format_validation_error`).
     """
-    from pydantic import ValidationError
 
     try:
         return model.model_validate(raw)
@@ -129,8 +132,6 @@ def run_cli(main: Callable[[list[str] | None], int | None], argv: list[str] | No
         main: the command's entry function; returns an exit code or None (meaning 0).
         argv: arguments without the program name; ``None`` reads ``sys.argv[1:]``.
     """
-    import signal
-    import threading
 
     previous = None
     if threading.current_thread() is threading.main_thread():

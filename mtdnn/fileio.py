@@ -21,11 +21,15 @@ The lowest layer of the package (beside :mod:`mtdnn.errors`): every stage may im
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import json
 import os
 import re
+import shutil
 import tempfile
+import zipfile
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -114,7 +118,6 @@ def yaml_float(value: Any) -> Any:
 def undecodable_at(path: str | Path, encoding: str) -> str:
     """Where a file first fails to decode as ``encoding``: ``"line N, byte B of the line"`` (1-based line), for
     error messages (a decoder's own offset counts from the chunk it was given, not from the file's start)."""
-    import codecs
 
     decoder = codecs.getincrementaldecoder(encoding)()
     with open(path, "rb") as handle:
@@ -177,6 +180,7 @@ def read_safetensors(path: str | Path) -> dict:
     Raises:
         CheckpointError: missing, truncated or damaged (naming the file).
     """
+    # keeps torch out of import time
     from safetensors.torch import load_file
 
     path = Path(path)
@@ -198,7 +202,6 @@ def check_zip_crc(path: Path) -> None:
     Raises:
         CheckpointError: a record whose bytes do not match its CRC (naming the file and record).
     """
-    import zipfile
 
     if not zipfile.is_zipfile(path):
         return
@@ -218,6 +221,7 @@ def read_checkpoint(path: str | Path) -> dict:
     Raises:
         CheckpointError: missing, truncated, damaged or not a checkpoint (naming the file).
     """
+    # keeps torch out of import time
     import torch
 
     path = Path(path)
@@ -387,7 +391,6 @@ def claim_output_dir(path: str | Path, kind: str) -> Path:
     Raises:
         UserError: the directory or its record cannot be written.
     """
-    from importlib import metadata
 
     try:
         version = metadata.version("mtdnn")
@@ -410,7 +413,7 @@ class DirectoryLock:
     """
 
     def __init__(self, directory: str | Path, flag: str = ""):
-        import fcntl
+        import fcntl  # lazy: POSIX only, and only a lock needs it
 
         self.path = make_dir(directory) / LOCK_FILE
         try:
@@ -468,7 +471,6 @@ def remove_stale_temporaries(directory: str | Path, names, *, locked: bool, recu
     Returns:
         The paths removed.
     """
-    import shutil
 
     directory = Path(directory)
     wanted = names if callable(names) else (lambda name: name in names)
@@ -507,6 +509,7 @@ def write_torch_atomic(path: str | Path, obj: Any) -> None:
     Raises:
         UserError: the location cannot be written (naming the file); the previous file is kept.
     """
+    # keeps torch out of import time
     import torch
 
     _write_through_temporary(Path(path), "wb", lambda f: torch.save(obj, f))

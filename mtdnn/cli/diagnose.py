@@ -21,9 +21,21 @@ import sys
 from pathlib import Path
 
 from ..errors import ConfigError, HelpFormatter, RawHelpFormatter, run_cli
-from .common import add_trust_remote_code_arg
+from ..evaluation.diagnostics.hans import (
+    RULES,
+    entailment_label_map,
+    format_hans_table,
+    hans_diagnosis,
+    model_predictor,
+    parse_label_map,
+    write_hans_outputs,
+)
+from ..evaluation.diagnostics.hans_file import DEFAULT_HANS, open_hans
 from ..evaluation.diagnostics.outputs import check_diagnose_dir, claim_diagnose_dir
-from .common import float_in, max_length_int, positive_int, task_list
+from ..fileio import write_atomic, write_json_atomic
+from ..tasks.taskdef import load_task_defs, select_tasks, shipped_task_defs
+from ..training.config import SEED_MAX
+from .common import add_trust_remote_code_arg, float_in, max_length_int, positive_int, task_list
 
 AS_TRAIN = "as python -m mtdnn.train's flag of that name"
 
@@ -143,14 +155,13 @@ def _pick_task(loaded, given: str | None, kind: str) -> str:
 
 
 def _task_def(name: str, task_defs: str | None):
-    from ..tasks.taskdef import load_task_defs, select_tasks, shipped_task_defs
-
     default = Path("task_defs") / DEFAULT_TASK_DEFS.get(name, "glue.yaml")
     path = Path(task_defs) if task_defs else shipped_task_defs(default)
     return select_tasks(load_task_defs(path), [name], str(path))[name]
 
 
 def _cue_settings(args):
+    # keeps torch out of import time
     from ..evaluation.diagnostics.cues import CueSettings
 
     return CueSettings(top=args.top, min_applicability=args.min_applicability, cues=args.cue,
@@ -159,10 +170,8 @@ def _cue_settings(args):
 
 
 def _hans(args) -> int:
+    # keeps torch out of import time
     from ..tasks.data import resolve_data_dir
-    from ..evaluation.diagnostics.hans import (RULES, entailment_label_map, format_hans_table, hans_diagnosis, model_predictor,
-                       parse_label_map, write_hans_outputs)
-    from ..evaluation.diagnostics.hans_file import DEFAULT_HANS, open_hans
 
     if (args.model is None) == (args.rule is None):
         raise ConfigError("hans: give a MODEL (run or export) or --rule, not both and not neither")
@@ -173,6 +182,7 @@ def _hans(args) -> int:
         output = check_diagnose_dir(args.output_dir or Path("runs") / f"diagnose-hans-{args.rule}")
         result = hans_diagnosis(hans, RULES[args.rule], f"rule:{args.rule}", args.batch_size)
     else:
+        # keeps torch out of import time
         from ..training.inference import load_model, resolve_device
 
         loaded = load_model(args.model, args.checkpoint, args.trust_remote_code)
@@ -189,8 +199,9 @@ def _hans(args) -> int:
 
 
 def _arct(args) -> int:
-    from ..training.inference import load_model, resolve_device
+    # keeps torch out of import time
     from ..evaluation.diagnostics.arct import arct_diagnosis, format_arct_table, write_arct_outputs
+    from ..training.inference import load_model, resolve_device
 
     loaded = load_model(args.model, args.checkpoint, args.trust_remote_code)
     name = _pick_task(loaded, args.task, "ranking")
@@ -204,9 +215,9 @@ def _arct(args) -> int:
 
 
 def _cues(args) -> int:
-    from ..fileio import write_atomic, write_json_atomic
-    from ..tasks.data import resolve_data_dir
+    # keeps torch out of import time
     from ..evaluation.diagnostics.cues import cue_statistics, format_cue_tables
+    from ..tasks.data import resolve_data_dir
 
     task = _task_def(args.task, args.task_defs)
     data_dir = resolve_data_dir(args.data_dir)
@@ -223,8 +234,14 @@ def _cues(args) -> int:
 
 
 def _partial(args) -> int:
+    # keeps torch out of import time
+    from ..evaluation.diagnostics.partial_input import (
+        Recipe,
+        format_partial_table,
+        partial_input_baselines,
+        write_partial_outputs,
+    )
     from ..tasks.data import resolve_data_dir
-    from ..evaluation.diagnostics.partial_input import Recipe, format_partial_table, partial_input_baselines, write_partial_outputs
 
     task = _task_def(args.task, args.task_defs)
     for needed in ("train", "dev"):
@@ -234,7 +251,6 @@ def _partial(args) -> int:
         seeds = [int(s) for s in args.seeds]
     except ValueError:
         raise ConfigError(f"--seeds: expected integers, comma-separated (got {','.join(args.seeds)})") from None
-    from ..training.config import SEED_MAX
 
     if any(not 0 <= s <= SEED_MAX for s in seeds):
         raise ConfigError(f"--seeds: each seed must be from 0 to {SEED_MAX} (got {','.join(args.seeds)})")
@@ -251,10 +267,9 @@ def _partial(args) -> int:
 
 
 def _report(args) -> int:
-    from ..training.inference import load_model, resolve_device
-    from ..evaluation.diagnostics.hans import parse_label_map
-    from ..evaluation.diagnostics.hans_file import DEFAULT_HANS
+    # keeps torch out of import time
     from ..evaluation.diagnostics.report import ReportInputs, read_partial_result, write_report
+    from ..training.inference import load_model, resolve_device
 
     overrides = parse_label_map(args.label_map)
     for source in args.partial_input:  # checked before any diagnostic writes a file

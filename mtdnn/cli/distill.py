@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
+from ..distillation.specs import TeacherSpec, load_spec
 from ..errors import HelpFormatter, Interrupted, run_cli
 from .common import setup_logging
 from .settings import add_trainer_args, lightning_settings
@@ -47,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(args.specs) > 2:
         parser.error("give one or two specs: [TEACHERS_SPEC] STUDENT_SPEC")
     setup_logging()
-    from ..distillation.specs import TeacherSpec, load_spec
+    # keeps torch out of import time
     from ..distillation.student import REPORT_MD, StudentSpec, distill
     from ..tasks.data import resolve_data_dir
 
@@ -74,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _compare(args, spec, student_path: str, teacher_spec, teacher_path: str | None) -> int:
     """``--seeds N``: build the teachers (with a teacher spec), then the paired comparison of the two arms."""
+    # keeps torch out of import time
     from ..distillation import teachers
     from ..distillation.comparison import COMPARISON_MD, check_comparable, check_comparison_dir, run_comparison
     from ..tasks.data import resolve_data_dir
@@ -93,7 +96,6 @@ def _compare(args, spec, student_path: str, teacher_spec, teacher_path: str | No
         print(f"interrupted: {err}; rerun the same command to resume (complete runs are kept)", file=sys.stderr)
         return getattr(err, "exit_code", 130)
     out = args.output_dir or f"{spec.output_dir}-paired"
-    from pathlib import Path
 
     print((Path(out) / COMPARISON_MD).read_text(encoding="utf-8"))
     return 0

@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 
 from ..errors import HelpFormatter, run_cli
+from ..evaluation.evaluate import check_output_path, evaluate, format_table
+from ..fileio import prepare_output_path, write_json_atomic
 from .common import add_inference_args, setup_logging, task_list
 
 
@@ -33,9 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging()
-    from ..evaluation.evaluate import check_output_path, evaluate, format_table
+    # keeps torch out of import time
     from ..training.inference import load_model
-    from ..fileio import prepare_output_path, write_json_atomic
 
     check_output_path(args.output)
     loaded = load_model(args.model, args.checkpoint, args.trust_remote_code)

@@ -10,6 +10,7 @@ import sys
 
 from ..errors import ConfigError, RawHelpFormatter, run_cli
 from ..evaluation import predict as library
+from ..fileio import prepare_output_path, remove_stale_temporaries, write_atomic
 from .common import add_inference_args, setup_logging
 
 
@@ -36,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging()
-    from ..fileio import prepare_output_path
+    # keeps torch out of import time
     from ..tasks.tokenized import tokenize_examples, tokenized_split
     from ..training.inference import load_model
 
@@ -45,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         raise ConfigError(f"--task: {loaded.model_dir} has several tasks ({', '.join(loaded.tasks)}); name one")
     task = loaded.task(args.task or next(iter(loaded.tasks)))
     if task.kind.read_file is not None:  # token-level types: words and entities, answers over windows
+        # keeps torch out of import time
         from ..evaluation.token_predict import predict_token_task
         from ..training.inference import resolve_device
 
@@ -78,7 +80,6 @@ def main(argv: list[str] | None = None) -> int:
 def _write(text: str, path, count: int, fmt: str) -> int:
     """Write the predictions to ``path`` atomically, or to stdout when None; first remove the temporaries of
     earlier predictions to ``path`` whose process is gone (``<output>.<pid>.<random>.tmp``, left by a kill)."""
-    from ..fileio import remove_stale_temporaries, write_atomic
 
     if path is None:
         sys.stdout.write(text)

@@ -33,6 +33,7 @@ def logger_list(text: str) -> list[str]:
 
 def bucket_list(text: str) -> list[int]:
     """``--length-buckets``: ascending positive lengths (:func:`mtdnn.training.speed.parse_buckets`)."""
+    # keeps torch out of import time
     from ..training.speed import parse_buckets
 
     try:

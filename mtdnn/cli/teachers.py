@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..distillation.specs import TeacherSpec, load_spec
 from ..errors import HelpFormatter, Interrupted, run_cli
+from ..training.config import validate_config
+from ..training.flags import check_trainer_flags
 from .common import setup_logging
 from .settings import add_trainer_args, lightning_settings
 
@@ -32,16 +35,13 @@ def add_common_args(p: argparse.ArgumentParser) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging()
-    from ..distillation.specs import TeacherSpec, load_spec
+    # keeps torch out of import time
     from ..distillation.teachers import SUMMARY_MD, build
     from ..tasks.data import resolve_data_dir
-    from ..training.config import validate_config
 
     spec = load_spec(args.spec, TeacherSpec, "teacher")
     lightning = lightning_settings(args)
     # a bad Lightning flag fails here, not in the first member's run
-    from ..training.flags import check_trainer_flags
-
     check_trainer_flags(validate_config({"task_defs": spec.task_defs, **lightning}, "command line", flags=True))
     try:
         teacher_dir = build(spec, args.spec, resolve_data_dir(args.data_dir), args.from_run, args.teachers_dir,

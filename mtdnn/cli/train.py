@@ -15,7 +15,9 @@ import argparse
 import sys
 
 from ..errors import ConfigError, HelpFormatter, RunStopped, run_cli
+from ..fileio import dump_yaml
 from ..training.config import EVALUATION, LIGHTNING, OPTIMISATION, SPEED, TrainConfig, load_config, validate_config
+from ..training.resolve import resolve_config
 from .common import setup_logging
 from .settings import LATE, add_settings, flag_fields, group_of
 
@@ -71,13 +73,11 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging()
+    # keeps torch out of import time
     from ..training.trainer import fit
 
     config = config_from_args(args)
     if getattr(args, "print_config", False):
-        from ..fileio import dump_yaml
-        from ..training.resolve import resolve_config
-
         print(dump_yaml(resolve_config(config)[0].to_yaml_dict()), end="")
         return 0
     try:

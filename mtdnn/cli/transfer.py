@@ -30,6 +30,7 @@ from pathlib import Path
 
 from ..errors import HelpFormatter, Interrupted, run_cli, validate
 from ..evaluation.transfer.report import CURVE_PNG, RESULTS_JSON, RESULTS_MD, render_markdown
+from ..evaluation.transfer.spec import TransferSpec
 from .common import positive_int
 
 
@@ -103,9 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("pytorch_lightning", "pytorch_lightning.utilities.rank_zero", "lightning.pytorch",
                  "lightning.pytorch.utilities.rank_zero", "lightning_fabric"):
         logging.getLogger(name).setLevel(logging.WARNING)  # one Trainer per run: its banner each time is noise
-
-    from ..evaluation.transfer.run import run_transfer
-    from ..evaluation.transfer.spec import TransferSpec
+    from ..evaluation.transfer.run import run_transfer  # keeps torch out of import time
 
     settings = {k: v for k, v in vars(args).items() if v is not None or k in ("sizes", "fractions")}
     settings["encoders"] = [e for e in args.encoders.split(",") if e.strip()]

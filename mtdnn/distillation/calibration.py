@@ -26,6 +26,7 @@ import math
 
 import torch
 import torch.nn.functional as F
+from torchmetrics.functional.classification import multiclass_calibration_error
 
 ECE_BINS = 15
 
@@ -41,7 +42,6 @@ def expected_calibration_error(probabilities: torch.Tensor, labels: torch.Tensor
     Returns:
         sum_b |B_b| / n * |accuracy(B_b) - mean confidence(B_b)|, in [0, 1].
     """
-    from torchmetrics.functional.classification import multiclass_calibration_error
 
     classes = probabilities.shape[-1]
     return float(multiclass_calibration_error(probabilities.float(), labels.long(), num_classes=classes,

@@ -21,15 +21,17 @@ from typing import Any
 
 import numpy as np
 
-from . import student
 from ..errors import ConfigError
 from ..fileio import check_output_dir, claim_output_dir, write_atomic, write_json_atomic
 from ..tables import markdown_table
 from ..tasks.data import load_split
 from ..tasks.types import TASK_TYPES
-from ..training.runs import continue_unfinished, read_metrics
+from ..training.resume import RESUME_MAY_DIFFER
+from ..training.runs import config_differences, continue_unfinished, read_metrics, read_run_config
+from . import student
 from .paired import BOOTSTRAP_RESAMPLES, RESAMPLED_METRICS, paired_bootstrap, resampled_metric, t_interval
 from .soft_targets import member_outputs
+from .student import student_config
 from .teacher_report import summarize
 
 DISTILLED, GOLD_ONLY = "distilled", "gold-only"
@@ -196,10 +198,6 @@ def check_arm(run_dir, spec, tasks: dict, data_dir, lightning: dict | None, whic
     Raises:
         ConfigError: naming the arm, its directory and the first setting that differs.
     """
-    from ..errors import ConfigError
-    from ..training.resume import RESUME_MAY_DIFFER
-    from ..training.runs import config_differences, read_run_config
-    from .student import student_config
 
     saved, resolved = read_run_config(run_dir)
     config = student_config(spec, tasks, data_dir, saved.get("encoder", ""), str(run_dir), lightning).to_yaml_dict()

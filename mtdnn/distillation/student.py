@@ -19,18 +19,28 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from . import piece_targets, teachers
-from ..errors import ConfigError
+from transformers import AutoConfig
+
+from ..errors import ConfigError, check_bools
 from ..fileio import write_atomic, write_json_atomic
+from ..modeling.heads import resolve_pooling
+from ..modeling.model import load_encoder, load_tokenizer, resolve_encoder
+from ..tasks.data import check_files
+from ..tasks.taskdef import TaskDef, load_task_defs, select_tasks
+from ..tasks.tokenized import check_max_length, tokenized_split
+from ..training import pipeline
+from ..training.config import TrainConfig
+from ..training.flags import check_trainer_flags
+from ..training.pipeline import check_positions, check_unfinished
+from ..training.resolve import config_is_global_zero, datamodule_for
+from ..training.runs import RUN_ENTRIES, Run, check_run_dir
+from . import piece_targets, teachers
 from .soft_targets import read_manifest, teacher_outputs
 from .specs import TeacherSpec
 from .student_init import resolve_init, select_layers, student_encoder, truncate_layers  # noqa: F401 - the API
 from .student_model import DistillationDataModule, DistillationModule, SoftTargetCollator  # noqa: F401 - the API
 from .student_report import render_report, student_report
 from .student_spec import InitSpec, StudentSpec, StudentTrainSpec  # noqa: F401 - the API
-from ..tasks.taskdef import TaskDef, load_task_defs, select_tasks
-from ..training.config import TrainConfig
-from ..training.runs import Run, check_run_dir
 
 log = logging.getLogger("mtdnn.distill")
 
@@ -93,13 +103,6 @@ def distill(spec: StudentSpec, spec_path: str, teacher_spec: TeacherSpec | None 
         ConfigError, DataError, CheckpointError: bad specs, data, teachers or runs, before anything is built.
         Interrupted: a teacher member's or the student's training was interrupted.
     """
-    from ..errors import check_bools
-    from ..modeling.model import load_tokenizer
-    from ..tasks.data import check_files
-    from ..tasks.tokenized import check_max_length
-    from ..training.flags import check_trainer_flags
-    from ..training.pipeline import check_unfinished
-    from ..training.resolve import config_is_global_zero
 
     check_bools("distill()", overwrite=overwrite, resume=resume)
     if resume and overwrite:
@@ -140,10 +143,6 @@ def distill(spec: StudentSpec, spec_path: str, teacher_spec: TeacherSpec | None 
                 check_max_length(task, tokenizer, spec.train.max_length,
                                  f"{spec_path}: field 'train.max_length'" if spec.train.max_length else
                                  f"{spec.task_defs}: task '{task.name}': max_length")
-            from transformers import AutoConfig
-
-            from ..modeling.model import resolve_encoder
-            from ..training.pipeline import check_positions
 
             try:
                 check_positions(student_config(spec, tasks, data_dir, source, ".", lightning), tasks,
@@ -173,12 +172,6 @@ def train_student(spec: StudentSpec, spec_path: str, tasks: dict[str, TaskDef], 
     """Validate the soft targets, then train, export and report the student (see the module docstring) through
     the training pipeline (:mod:`mtdnn.training.pipeline`): every check of ``train`` applies, and an interrupted
     student continues with ``resume``."""
-    from ..modeling.heads import resolve_pooling
-    from ..modeling.model import load_encoder, load_tokenizer
-    from ..tasks.tokenized import tokenized_split
-    from ..training import pipeline
-    from ..training.runs import RUN_ENTRIES
-    from ..training.resolve import datamodule_for
 
     cfg = spec.train
     # 1. The starting point and the soft targets, checked before the run directory is made.

@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from ..errors import ConfigError
+from ..modeling.model import load_encoder, resolve_encoder
 from .multitask_run import multitask_export, pretrained_encoder
 from .student_spec import InitSpec, StudentSpec
 
@@ -20,7 +21,6 @@ def resolve_init(spec: StudentSpec, spec_path: str, mt_run: str | None,
         ConfigError: ``pretrained``/``multitask`` without a multi-task run, or a teacher member as the start.
         CheckpointError: the multi-task run is incomplete.
     """
-    from ..modeling.model import resolve_encoder
 
     choice, heads_from = spec.init.encoder, None
     if choice in ("pretrained", "multitask"):
@@ -129,7 +129,6 @@ def student_encoder(source: str, init: InitSpec, where: str) -> torch.nn.Module 
     Raises:
         ConfigError: see :func:`select_layers` and :func:`truncate_layers`.
     """
-    from ..modeling.model import load_encoder
 
     if init.layers:
         return select_layers(load_encoder(source), init.layers, f"{where}: field 'init.layers'")

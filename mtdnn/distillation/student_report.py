@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..modeling.metrics import average_score
 from ..tables import markdown_table
 from ..tasks.taskdef import TaskDef
 from .student_spec import StudentSpec
@@ -15,7 +16,6 @@ def student_report(teacher_report: dict | None, best: dict, distill: list[str], 
                    tasks: dict[str, TaskDef], run_dir: Path, spec: StudentSpec) -> dict:
     """The teachers' report (:func:`mtdnn.teachers.summarize`) with the student's best-epoch dev scores added:
     per distill task and on their average; gold-only tasks listed apart."""
-    from ..modeling.metrics import average_score
 
     def scores(name: str) -> dict:
         return {"dev": best["tasks"][name], "score": best["tasks"][name][tasks[name].metric_names[0]]}

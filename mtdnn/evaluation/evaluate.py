@@ -29,6 +29,7 @@ def evaluation_splits(loaded, names: list[str] | None, split: str, data_dir: Pat
         ConfigError: a task the model was not trained on.
         DataError: a task without the split, no task with it, or a split without labels.
     """
+    # keeps torch out of import time
     from ..tasks.tokenized import tokenized_split
 
     if names is None:  # every task with the split and with labels (an mlm task has none)
@@ -98,6 +99,7 @@ def evaluate(loaded, names: list[str] | None = None, split: str = "dev", data_di
     Raises:
         ConfigError, DataError: see :func:`evaluation_splits`.
     """
+    # keeps torch out of import time
     from ..modeling.metrics import attach_split, average_score, build_metrics, compute_metrics
     from ..training.inference import predict_outputs, resolve_device
 

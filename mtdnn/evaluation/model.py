@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ..errors import ConfigError, DataError
+from ..errors import ConfigError, DataError, check_bools
 from ..fileio import quote_prefix
+from .evaluate import evaluate
+from .predict import input_columns, make_example, predict_examples
 
 
 def _fields(item, index: int, task: str, columns: list[str]) -> list[str]:
@@ -86,8 +89,8 @@ class TrainedModel:
                 of the task's columns to strings (a list, bytes, a number...), the wrong number of texts, or a
                 mapping without one of the task's columns.
         """
+        # keeps torch out of import time
         from ..tasks.tokenized import tokenize_examples
-        from .predict import input_columns, make_example, predict_examples
 
         definition = self._task(task)
         if isinstance(inputs, (str, tuple, Mapping)):
@@ -118,7 +121,6 @@ class TrainedModel:
         Raises:
             ConfigError, DataError: an unknown task, a task without the split, or an unlabelled split.
         """
-        from .evaluate import evaluate
 
         names = [task] if isinstance(task, str) else (list(task) if task is not None else None)
         return evaluate(self.loaded, names, split, data_dir, batch_size, self.device)
@@ -139,9 +141,8 @@ def load(path: str | Path, checkpoint: str | None = None, device: str = "auto", 
         CheckpointError: no such directory, an incomplete run, a missing or damaged checkpoint.
         ConfigError: an argument of the wrong type; an encoder asking for remote code without the keyword.
     """
-    import os
 
-    from ..errors import check_bools
+    # keeps torch out of import time
     from ..training.inference import load_model, resolve_device
 
     if not isinstance(path, (str, os.PathLike)):

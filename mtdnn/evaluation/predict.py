@@ -34,9 +34,9 @@ import logging
 import sys
 from pathlib import Path
 
-from ..tasks.data import Example
 from ..errors import DataError
-from ..fileio import quote_prefix, split_lines
+from ..fileio import check_name_lengths, quote_prefix, split_lines
+from ..tasks.rows import Example
 from ..tasks.taskdef import TaskDef
 
 log = logging.getLogger("mtdnn.predict")
@@ -221,7 +221,6 @@ def output_path(output: str | None, task: TaskDef, split: str, fmt: str) -> Path
     """The file to write: ``output`` itself, or a file named for the task inside a directory; None: stdout."""
     if output is None:
         return None
-    from ..fileio import check_name_lengths
 
     path = check_name_lengths(output, "--output")  # before any stat: a name over 255 bytes is an OSError there
     if not (output.endswith(("/", "\\")) or path.is_dir()):
@@ -240,6 +239,8 @@ def predict_examples(loaded, task: TaskDef, split, batch_size: int | None = None
     ``split`` of ``task``, in its order (see :func:`mtdnn.training.inference.decode` for the fields).
 
     ``progress``: a label for the progress line on stderr (None: silent)."""
+
+    # keeps torch out of import time (predict --help and the input checks need none)
     from ..training.inference import decode, predict_outputs, resolve_device
 
     device = resolve_device(device)

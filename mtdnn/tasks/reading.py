@@ -16,7 +16,6 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-
 from ..errors import ConfigError, DataError
 from ..fileio import file_digest, quote_names, quote_prefix, undecodable_at
 from .rows import LABELLED_SPLITS, Example
@@ -124,6 +123,7 @@ def _read_table_unchecked(path: Path, spec: SplitSpec) -> tuple[list[str], list[
 
 
 def _read_hub(spec: SplitSpec) -> tuple[list[str], list[tuple[int, dict[str, str]]], str]:
+    # keeps torch out of import time
     import datasets
 
     hub = spec.hub

@@ -39,7 +39,6 @@ from ..fileio import quote_prefix, read_yaml
 from .splits import CarveSource, FoldSource, HubSource, SplitSpec, _Strict, task_splits_source  # noqa: F401
 from .types import TASK_TYPES, TaskKind
 
-
 MAX_LENGTH_RANGE = (8, 4096)
 """The valid range of a max sequence length, in a task definition, a spec and ``--max-length``: room for a pair's
 special tokens and some of each text (a fast tokenizer returns a pair whole when it cannot truncate it)."""
@@ -278,6 +277,7 @@ def check_task_name(name: object, source: str) -> str:
         hint = (hint if hint[:1].isalpha() and hint.isascii() else f"task_{hint}".rstrip("_"))[:64]
         raise ConfigError(f"{source}: task {quote_prefix(text, 80)}: a task name is a letter followed by up to 63 "
                           f"letters, digits, '_' or '-' (no '.', '/' or spaces): rename it, e.g. {hint!r}")
+    # keeps torch out of import time
     import torch.nn
 
     if hasattr(torch.nn.ModuleDict(), text):

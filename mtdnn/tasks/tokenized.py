@@ -14,12 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+import datasets
 import torch
 
 from ..errors import ConfigError, DataError, UserError
-from .rows import LABELLED_SPLITS, Example
+from ..fileio import default_mode, file_digests, make_dir, read_json, write_json_atomic
 from .data import CACHE_DIR_ENV, CACHE_RECORD, CACHE_VERSION, RawSplit, cache_dir, load_split  # noqa: F401
 from .reading import _source_digest
+from .rows import LABELLED_SPLITS, Example
 from .taskdef import SplitSpec, TaskDef
 
 log = logging.getLogger("mtdnn.tasks.data")
@@ -38,7 +40,6 @@ def check_max_length(task: TaskDef, tokenizer, max_length: int | None, source: s
         ConfigError: ``max_length`` leaves no room for the special tokens and one token of each text, or (span
             extraction) for a window's ``qa.doc_stride`` (the type's :meth:`~mtdnn.tasks.types.TaskKind.check_max_length`).
     """
-    from ..errors import ConfigError
 
     pair = task.kind.encodes_pairs(task)
     needed = tokenizer.num_special_tokens_to_add(pair=pair) + (2 if pair else 1)
@@ -197,7 +198,6 @@ def _write_cache(ds, path: Path, key: str, task: str, split: str) -> None:
     Raises:
         UserError: the cache directory cannot be written (naming it and ``$MTDNN_CACHE_DIR``).
     """
-    from ..fileio import default_mode, file_digests, make_dir, write_json_atomic
 
     try:
         make_dir(path.parent)
@@ -224,9 +224,6 @@ def _read_cache(path: Path, key: str, task: str, split: str):
     """The cached dataset at ``path`` when every part of it is the one its record names, else None (after a
     warning naming what differs; the caller rebuilds the entry). An entry without a record (written before
     records existed) is rebuilt."""
-    import datasets
-
-    from ..fileio import file_digests, read_json
 
     def stale(why: str):
         log.warning("%s: tokenized-split cache entry rebuilt: %s", path, why)
@@ -276,7 +273,6 @@ def tokenized_split(task: TaskDef, split: str, data_dir: Path, tokenizer, max_le
     Raises:
         DataError: see :func:`load_split`.
     """
-    import datasets
 
     max_length = max_length or task.max_length
     if split not in task.splits:

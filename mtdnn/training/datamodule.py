@@ -13,11 +13,11 @@ import torch
 from torch.utils.data import DataLoader
 
 from ..tasks.batch import Batch
-from ..tasks.tokenized import TokenizedSplit, tokenized_split
 from ..tasks.collate import collate, pad_left
 from ..tasks.schedule import EvalBatchSampler, MultiTaskBatchSampler, TaskSize
 from ..tasks.taskdef import TaskDef
-
+from ..tasks.tokenized import TokenizedSplit, tokenized_split
+from .speed import mark_shapes
 
 
 class MultiTaskTrainSet(torch.utils.data.Dataset):
@@ -220,8 +220,6 @@ class MultiTaskDataModule(pl.LightningDataModule):
 
     def on_after_batch_transfer(self, batch: dict, dataloader_idx: int) -> dict:
         if self.mark_shapes:
-            from .speed import mark_shapes
-
             return mark_shapes(batch, self.mark_shapes)
         return batch
 

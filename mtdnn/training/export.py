@@ -32,12 +32,22 @@ from safetensors import SafetensorError
 from safetensors.torch import save_file
 
 from ..errors import CheckpointError, ConfigError, UserError
-from ..fileio import (default_mode, file_digest, file_digests, make_dir, read_json, read_safetensors, read_yaml,
-                      write_json_atomic, write_yaml_atomic)
+from ..fileio import (
+    default_mode,
+    file_digest,
+    file_digests,
+    make_dir,
+    read_json,
+    read_safetensors,
+    read_yaml,
+    write_json_atomic,
+    write_yaml_atomic,
+)
 from ..modeling.heads import resolve_pooling
 from ..modeling.model import CHECKED_FOLDERS, EXPORT_META, MultiTaskModel, load_encoder, load_tokenizer, verify_export  # noqa: F401
 from ..tasks.taskdef import TaskDef, parse_tasks
 from .hf_export import write_hf_models
+from .runs import complete_run
 
 FORMAT_VERSION = 1
 
@@ -140,8 +150,6 @@ def resolve_export(path: str | Path) -> Path:
         verify_export(path)
         return path
     if is_export_dir(path / "export"):
-        from .runs import complete_run
-
         complete_run(path)
         verify_export(path / "export")
         return path / "export"

@@ -10,10 +10,30 @@ import signal
 from pathlib import Path
 from typing import Any
 
+import pytorch_lightning as pl
+from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
+
 from ..errors import RANK_LOST_EXIT_CODE, SIGTERM_EXIT_CODE, Diverged, Interrupted, RankLost
 from ..fileio import write_json_atomic
+from .callbacks import EvaluateAtMaxSteps, NonFiniteGuard, ResumeRNG, TrainingDiverged
+from .export import export_model
+from .flags import planned_steps, trainer_strategy
+from .logs import PrintRunSummary, build_loggers
 from .plans import Plan, Result
-from .runs import DIVERGED_EXIT_CODE
+from .resume import check_world_size
+from .rng import RANK_RNG_FILE
+from .runs import (
+    CHECKPOINT_DIR,
+    DIVERGED_EXIT_CODE,
+    EXPORT_DIR,
+    METRICS_FILE,
+    SCHEDULE_FILE,
+    AtomicCheckpointIO,
+    check_finite_run,
+    load_checkpoint_file,
+)
+from .stopping import SaveLastCheckpoint, graceful_stop_connector, install_patient_process_observer, is_peer_failure
+from .summaries import metrics_summary, schedule_summary
 
 
 def build_trainer(plan: Plan, callbacks: list, resume_step: int | None = None):
@@ -23,11 +43,6 @@ def build_trainer(plan: Plan, callbacks: list, resume_step: int | None = None):
     epoch ends or every ``eval_every_n_steps``; a fine-tune without one (transfer) gets no loggers, checkpoints or
     dev evaluation.
     """
-    import pytorch_lightning as pl
-
-    from .flags import trainer_strategy
-    from .logs import build_loggers
-    from .runs import AtomicCheckpointIO
 
     config, run_dir = plan.config, plan.run_dir
     kwargs: dict[str, Any] = {}
@@ -53,23 +68,13 @@ def build_trainer(plan: Plan, callbacks: list, resume_step: int | None = None):
 def fit_plan(plan: Plan, extra_callbacks: list) -> Result:
     """Train ``plan.module`` with the run's Trainer; on rank 0 export and write the summaries (see
     :func:`mtdnn.training.pipeline.execute`, which raises what this raises)."""
-    from .callbacks import EvaluateAtMaxSteps, NonFiniteGuard, ResumeRNG
 
     if not plan.outputs.run_dir:  # a fine-tune: no checkpoints, no dev evaluation, Lightning's own signal handling
         trainer = build_trainer(plan, [NonFiniteGuard(), *extra_callbacks])
         trainer.fit(plan.module, datamodule=plan.datamodule)
         return Result(None, plan.module, trainer)
 
-    from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
 
-    from .callbacks import TrainingDiverged
-    from .flags import planned_steps
-    from .logs import PrintRunSummary
-    from .resume import check_world_size
-    from .rng import RANK_RNG_FILE
-    from .runs import CHECKPOINT_DIR, load_checkpoint_file
-    from .stopping import SaveLastCheckpoint, graceful_stop_connector, install_patient_process_observer, \
-        is_peer_failure
 
     config, run_dir, module = plan.config, plan.run_dir, plan.module
     last_path = run_dir / CHECKPOINT_DIR / "last.ckpt"
@@ -157,9 +162,6 @@ def _write_outputs(plan: Plan, checkpoint, stopped_early: dict | None) -> dict:
     Raises:
         Diverged: no evaluation had a finite dev average, or the best checkpoint holds non-finite weights.
     """
-    from .export import export_model
-    from .runs import EXPORT_DIR, METRICS_FILE, SCHEDULE_FILE, check_finite_run, load_checkpoint_file
-    from .summaries import metrics_summary, schedule_summary
 
     config, run_dir, module = plan.config, plan.run_dir, plan.module
     if not checkpoint.best_model_path:  # every evaluation's dev average was NaN or inf (max steps evaluate too)

@@ -34,6 +34,7 @@ def check_cpu_processes(accelerator: str, devices: int | str) -> None:
     Raises:
         ConfigError: naming ``--devices`` and the core count.
     """
+    # keeps torch out of import time
     import torch
 
     on_cpu = accelerator == "cpu" or (accelerator == "auto" and not torch.cuda.is_available())
@@ -50,6 +51,7 @@ def _check_connector(**flags) -> None:
     """Let Lightning's accelerator connector, the part of ``pl.Trainer.__init__`` that validates these flags, judge
     them: no Trainer is built (the pipeline builds the run's one Trainer, :func:`mtdnn.training.pipeline.execute`).
     """
+    # keeps torch out of import time
     from pytorch_lightning.trainer.connectors.accelerator_connector import _AcceleratorConnector
 
     kwargs = {**flags, "strategy": trainer_strategy(flags.get("strategy", "auto"))}
@@ -101,6 +103,7 @@ def check_lightning_flags(**flags) -> None:
 def trainer_strategy(name: str):
     """``ddp`` means DDP with ``find_unused_parameters=True``: each step uses one task head only."""
     if name == "ddp":
+        # keeps torch out of import time
         from pytorch_lightning.strategies import DDPStrategy
 
         return DDPStrategy(find_unused_parameters=True)

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from transformers import AutoModelForSequenceClassification
 
 from ..modeling.model import MultiTaskModel
 from ..tasks.taskdef import TaskDef
@@ -87,7 +88,6 @@ def convert_task(model: MultiTaskModel, task: TaskDef) -> Conversion:
     See the module docstring for the four checks. ``model`` is left in the training mode it had.
     Returns a :class:`Conversion` with ``model`` (eval mode, float32, CPU) or ``reason``.
     """
-    from transformers import AutoModelForSequenceClassification
 
     if task.kind.hf_classifier is None:
         return Conversion(task.name, reason=f"{task.type} head: one score per candidate of a group, which "

@@ -15,22 +15,24 @@ which is most of the speed of batched prediction; the outputs are put back in in
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+from tqdm.auto import tqdm
 
-from ..tasks.tokenized import TokenizedSplit
-from ..tasks.collate import collate
-from ..tasks.data import resolve_data_dir
 from ..errors import CheckpointError, ConfigError
-from .export import is_export_dir, load_export
 from ..modeling.metrics import update_metrics
 from ..modeling.model import MultiTaskModel, check_remote_code, load_encoder, load_tokenizer  # noqa: F401
-from .runs import EXPORT_DIR, complete_run, load_checkpoint_file, read_run_config
+from ..tasks.collate import collate
+from ..tasks.data import resolve_data_dir
 from ..tasks.schedule import EvalBatchSampler
-from ..tasks.taskdef import TaskDef, parse_tasks
+from ..tasks.taskdef import MAX_LENGTH_RANGE, TaskDef, parse_tasks
+from ..tasks.tokenized import TokenizedSplit
+from .export import is_export_dir, load_export
+from .runs import EXPORT_DIR, complete_run, load_checkpoint_file, read_run_config
 
 DEFAULT_BATCH_SIZE = 64  # training's --eval-batch-size default
 
@@ -87,7 +89,6 @@ def eval_settings(settings: dict, run_dir: Path) -> dict:
         CheckpointError: naming ``config.yaml`` and the field: ``eval_batch_size`` or ``pad_to_multiple_of`` not
             a positive integer, ``max_length`` not an integer in the tokenizer range, ``data_dir`` not a string.
     """
-    from ..tasks.taskdef import MAX_LENGTH_RANGE
 
     where = Path(run_dir) / "config.yaml"
 
@@ -204,9 +205,6 @@ def predict_outputs(model: MultiTaskModel, task: TaskDef, split: TokenizedSplit,
         raise ConfigError(f"batch size: expected a positive integer (got {batch_size!r:.40})")
     batches = EvalBatchSampler(split.lengths, batch_size)
     if progress:
-        import sys
-
-        from tqdm.auto import tqdm
 
         print(f"{progress}: {len(split)} examples in {len(batches)} batches on {device}", file=sys.stderr, flush=True)
         batches = tqdm(batches, desc=progress, unit="batch", file=sys.stderr, disable=None, leave=False)

@@ -8,13 +8,14 @@ resumes from, drops those logged after it (they are logged again), and appends.
 from __future__ import annotations
 
 import csv
+import io
 import os
 import sys
 from pathlib import Path
 
 import pytorch_lightning as pl
 from lightning_fabric.loggers.logger import rank_zero_experiment
-from pytorch_lightning.loggers import CSVLogger
+from pytorch_lightning.loggers import CSVLogger, MLFlowLogger, TensorBoardLogger, WandbLogger
 from pytorch_lightning.loggers.csv_logs import ExperimentWriter
 
 from ..fileio import make_dir, write_atomic
@@ -46,8 +47,6 @@ class _ContinuedWriter(ExperimentWriter):
 
 
 def _csv_text(keys: list[str], rows: list[dict]) -> str:
-    import io
-
     out = io.StringIO(newline="")
     writer = csv.DictWriter(out, fieldnames=keys, lineterminator=os.linesep)
     writer.writeheader()
@@ -124,7 +123,7 @@ def build_loggers(config: TrainConfig, run_dir: Path, resume_step: int | None = 
     if names is None:
         names = ["csv"]
         try:
-            import tensorboard  # noqa: F401
+            import tensorboard  # noqa: F401  lazy: an optional dependency, asked for here
 
             names.append("tensorboard")
         except ImportError:
@@ -134,18 +133,12 @@ def build_loggers(config: TrainConfig, run_dir: Path, resume_step: int | None = 
         if name == "csv":
             loggers.append(ResumableCSVLogger(run_dir, name="logs", resume_step=resume_step))
         elif name == "tensorboard":
-            from pytorch_lightning.loggers import TensorBoardLogger
-
             loggers.append(TensorBoardLogger(run_dir, name="logs", version="tensorboard"))
         elif name == "wandb":
-            from pytorch_lightning.loggers import WandbLogger
-
             make_dir(run_dir / "logs")
             loggers.append(WandbLogger(save_dir=str(run_dir / "logs"), offline=True, name=run_dir.name,
                                        log_model=False))
         elif name == "mlflow":
-            from pytorch_lightning.loggers import MLFlowLogger
-
             loggers.append(MLFlowLogger(experiment_name="mtdnn", run_name=run_dir.name,
                                         tracking_uri=(run_dir / "logs" / "mlruns").resolve().as_uri()))
     return loggers

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytorch_lightning as pl
 import torch
+from transformers import get_linear_schedule_with_warmup
 
 from ..modeling.losses import LOSSES
 from ..modeling.metrics import attach_split, average_score, build_metrics, compute_metrics, update_metrics
@@ -153,8 +154,6 @@ class MultiTaskModule(pl.LightningModule):
                                  "average": average})
 
     def configure_optimizers(self):
-        from transformers import get_linear_schedule_with_warmup
-
         groups = parameter_groups(self.model, self.hparams.weight_decay)
         # Fused AdamW (one kernel for all parameters) wherever there is no gradient scaler; under 16-mixed the
         # scaler must unscale the gradients before clipping, which a fused optimizer would do inside step().

@@ -23,12 +23,25 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable
 
+import pytorch_lightning as pl
+
 from ..errors import CheckpointError, ConfigError, check_bools
 from ..fileio import read_json, write_yaml_atomic
+from ..modeling.model import load_tokenizer
+from ..tasks.data import check_files, split_fingerprint
 from ..tasks.taskdef import TaskDef
+from ..tasks.tokenized import check_max_length
 from .config import RESOLVED_KEY, TrainConfig
+from .datamodule import MultiTaskDataModule
+from .export import resolve_export
+from .fitting import fit_plan
+from .flags import check_eval_interval, check_loggers, check_trainer_flags
+from .module import MultiTaskModule
 from .plans import FINE_TUNE_ONLY, TRAINING_RUN, Outputs, Plan, Result  # noqa: F401 - FINE_TUNE_ONLY: for callers
-from .runs import RUN_ENTRIES
+from .resolve import config_is_global_zero, copy_matching_heads, datamodule_for, log_pooling, resolve_config
+from .resume import check_resumable
+from .runs import CONFIG_FILE, RUN_ENTRIES, check_run_dir, is_run_dir, lock_run_dir, prepare_run_dir, read_metrics
+from .speed import check_speed_flags, compile_encoder, set_sdpa_backend
 
 log = logging.getLogger("mtdnn.train")
 
@@ -39,7 +52,6 @@ while :func:`execute` runs, never process-wide."""
 
 def default_module(config: TrainConfig, encoder: str, tasks: dict[str, TaskDef], encoder_model=None):
     """The :class:`~mtdnn.training.module.MultiTaskModule` of ``config`` (the factory of ``train``)."""
-    from .module import MultiTaskModule
 
     return MultiTaskModule(encoder, {n: t.to_plain() for n, t in tasks.items()}, lr=config.lr,
                            weight_decay=config.weight_decay, warmup_ratio=config.warmup_ratio, dropout=config.dropout,
@@ -48,8 +60,6 @@ def default_module(config: TrainConfig, encoder: str, tasks: dict[str, TaskDef],
 
 def default_datamodule(config: TrainConfig, tasks: dict[str, TaskDef], tokenizer):
     """The :class:`~mtdnn.training.datamodule.MultiTaskDataModule` of ``config`` (the factory of ``train``)."""
-    from .datamodule import MultiTaskDataModule
-    from .resolve import datamodule_for
 
     return datamodule_for(config, tasks, tokenizer, MultiTaskDataModule)
 
@@ -80,7 +90,6 @@ def check_unfinished(run_dir: Path, overwrite: bool, resume: bool, flag: str = "
     Raises:
         CheckpointError: (exit code 2) the directory holds an interrupted run and neither flag is given.
     """
-    from .runs import is_run_dir, read_metrics
 
     if resume or overwrite or not is_run_dir(run_dir) or read_metrics(run_dir) is not None:
         return
@@ -124,17 +133,6 @@ def plan(config: TrainConfig, *, overwrite: bool = False, resume: bool = False, 
     Raises:
         ConfigError, DataError, CheckpointError: bad settings, flags, data, encoder or run directory.
     """
-    import pytorch_lightning as pl
-
-    from ..modeling.model import load_tokenizer
-    from ..tasks.data import check_files, split_fingerprint
-    from ..tasks.tokenized import check_max_length
-    from .export import resolve_export
-    from .flags import check_loggers, check_trainer_flags
-    from .resume import check_resumable
-    from .runs import check_run_dir
-    from .speed import check_speed_flags
-    from .resolve import config_is_global_zero, copy_matching_heads, log_pooling, resolve_config
 
     check_bools("fit()", overwrite=overwrite, resume=resume)
     if resume and overwrite:
@@ -218,11 +216,6 @@ def execute(plan: Plan, callbacks: list | None = None) -> Result:
         RankLost: another rank of a distributed run died (exit code 1).
         ConfigError: resuming with another world size than the checkpoint's.
     """
-    from .fitting import fit_plan
-    from .flags import check_eval_interval
-    from .runs import CONFIG_FILE, lock_run_dir, prepare_run_dir
-    from .speed import compile_encoder, set_sdpa_backend
-    from .resolve import config_is_global_zero
 
     config, run_dir = plan.config, plan.run_dir
     lock = None

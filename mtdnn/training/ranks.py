@@ -11,6 +11,7 @@ with ``LOCAL_RANK`` (and ``NODE_RANK`` per node), so that the global rank is ``N
 from __future__ import annotations
 
 import os
+import warnings
 from typing import NamedTuple
 
 
@@ -42,10 +43,14 @@ def process_ranks(devices: int | None = None, num_nodes: int = 1) -> Ranks:
     A ``SLURM_JOB_NAME`` of ``bash`` or ``interactive`` (an interactive allocation) is not SLURM-launched, as for
     Lightning.
     """
-    import warnings
 
-    from lightning_fabric.plugins.environments import (LSFEnvironment, MPIEnvironment, SLURMEnvironment,
-                                                       TorchElasticEnvironment)
+    # keeps torch out of import time
+    from lightning_fabric.plugins.environments import (
+        LSFEnvironment,
+        MPIEnvironment,
+        SLURMEnvironment,
+        TorchElasticEnvironment,
+    )
 
     with warnings.catch_warnings():  # SLURMEnvironment.detect warns when srun exists but was not used
         warnings.simplefilter("ignore")
@@ -56,6 +61,7 @@ def process_ranks(devices: int | None = None, num_nodes: int = 1) -> Ranks:
                 return Ranks(env.global_rank(), env.local_rank(), env.world_size(), env.node_rank(), name)
     # Lightning's launcher: LightningEnvironment's global rank is only set once the strategy starts, so compute
     # it as the strategy will (node rank x processes per node + local rank).
+    # keeps torch out of import time
     from lightning_fabric.plugins.environments import LightningEnvironment
 
     env = LightningEnvironment()

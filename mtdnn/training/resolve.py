@@ -4,11 +4,12 @@ copied from an export, the data module; whether this process is rank zero of the
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from pathlib import Path
 
 from ..errors import CheckpointError, ConfigError
-from ..fileio import read_safetensors, read_yaml
+from ..fileio import NAME_MAX, read_safetensors, read_yaml
 from ..tasks.taskdef import TaskDef, load_task_defs, select_tasks
 from .config import TrainConfig
 from .ranks import is_global_zero  # re-exported: callers ask a TrainConfig's rank here
@@ -25,9 +26,6 @@ def default_output_dir(task_defs: str, tasks: list[str], seed: int, limit_train_
     A name that would be longer than 255 bytes (many tasks) lists the first tasks, then the number of tasks and a
     digest of the whole list: ``glue-cola-mnli-...-and-120-tasks-<sha1[:10]>-seed42``.
     """
-    import hashlib
-
-    from ..fileio import NAME_MAX
 
     limits = "".join(f"-{what}{n}" for what, n in (("train", limit_train_examples), ("dev", limit_eval_examples)) if n)
     suffix = f"-seed{seed}{'-limited' + limits if limits else ''}"
@@ -44,6 +42,7 @@ def default_output_dir(task_defs: str, tasks: list[str], seed: int, limit_train_
 def run_limits(run: str | Path) -> dict[str, int]:
     """The ``limit_*_examples`` a training run was made with (its ``config.yaml``); empty for a full run or when
     the run has no configuration (an export directory)."""
+    # keeps torch out of import time
     from .runs import CONFIG_FILE
 
     path = Path(run) / CONFIG_FILE
@@ -64,6 +63,7 @@ def config_is_global_zero(config: TrainConfig) -> bool:
 
 def copy_matching_heads(model, export_dir: Path, tasks: dict[str, TaskDef]) -> list[str]:
     """Load the heads of ``export_dir`` whose task name, type and output size match; return their names."""
+    # keeps torch out of import time
     from .export import load_export_tasks
 
     saved_tasks = load_export_tasks(export_dir)
@@ -125,6 +125,7 @@ def resolve_config(config: TrainConfig, tasks: dict[str, TaskDef] | None = None,
     Raises:
         ConfigError, DataError: see :func:`resolve_tasks` and :func:`mtdnn.tasks.data.resolve_data_dir`.
     """
+    # keeps torch out of import time
     from ..tasks.data import resolve_data_dir
 
     tasks = tasks if tasks is not None else resolve_tasks(config)

@@ -8,7 +8,6 @@ from ..errors import CheckpointError, ConfigError
 from ..fileio import read_yaml
 from .config import RESOLVED_KEY
 
-
 RESUME_MAY_DIFFER = frozenset({
     "output_dir", "checkpoint_every_n_steps", "num_workers", "accelerator", "compile", "keep_last_checkpoint",
     "loggers",
@@ -30,6 +29,7 @@ def check_resumable(run_dir: Path, document: dict) -> Path:
             damaged or not a training run's.
         ConfigError: a setting or the data differs from the interrupted run's.
     """
+    # keeps torch out of import time
     from .runs import CHECKPOINT_DIR, CONFIG_FILE, config_differences, load_checkpoint_file, read_metrics
 
     if read_metrics(run_dir) is not None:
@@ -68,6 +68,7 @@ def check_world_size(checkpoint: Path, world_size: int) -> None:
     Raises:
         ConfigError: naming the saved and the requested world size.
     """
+    # keeps torch out of import time
     from .runs import load_checkpoint_file
 
     saved = load_checkpoint_file(checkpoint).get("mtdnn", {}).get("world_size")

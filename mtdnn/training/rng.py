@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import logging
+import random
 from pathlib import Path
 
+import numpy as np
 import torch
+
+from ..errors import UserError
+from ..fileio import read_checkpoint, write_torch_atomic
 
 
 def rng_state() -> dict:
     """Python, NumPy, torch CPU and CUDA RNG states as plain values and tensors (``weights_only``-loadable)."""
-    import random
-
-    import numpy as np
 
     np_state = np.random.get_state()
     version, internal, gauss_next = random.getstate()
@@ -33,7 +36,6 @@ def save_rank_rng(directory: Path, rank: int, world_size: int, global_step: int)
     Raises:
         UserError: the file cannot be written (the previous one is kept).
     """
-    from ..fileio import write_torch_atomic
 
     path = Path(directory) / RANK_RNG_FILE.format(rank=rank)
     write_torch_atomic(path, {"global_step": int(global_step), "world_size": int(world_size), "rank": int(rank),
@@ -44,11 +46,8 @@ def save_rank_rng(directory: Path, rank: int, world_size: int, global_step: int)
 def load_rank_rng(directory: Path, rank: int, global_step: int | None) -> dict | None:
     """This rank's RNG states saved beside a checkpoint of ``global_step`` (:func:`save_rank_rng`); None, with a
     warning that the resumed run will not be exact, when the file is missing, unreadable or of another step."""
-    import logging
 
     path = Path(directory) / RANK_RNG_FILE.format(rank=rank)
-    from ..errors import UserError
-    from ..fileio import read_checkpoint
 
     problem = None
     try:
@@ -71,9 +70,6 @@ def load_rank_rng(directory: Path, rank: int, global_step: int | None) -> dict |
 
 def set_rng_state(state: dict) -> None:
     """Inverse of :func:`rng_state`."""
-    import random
-
-    import numpy as np
 
     random.setstate((3, tuple(state["python"]), state["python_gauss"]))
     has_gauss, cached = state["numpy_gauss"]

@@ -26,9 +26,22 @@ import torch
 from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 
 from ..errors import CheckpointError, Diverged, UserError
-from ..fileio import (OUTPUT_RECORD, DirectoryLock, check_output_dir, claim_output_dir, default_mode,  # noqa: F401
-                      make_dir, prepare_output_dir, read_checkpoint, read_json, remove_stale_temporaries,
-                      write_atomic, write_json_atomic)
+from ..fileio import (  # noqa: F401
+    OUTPUT_RECORD,
+    DirectoryLock,
+    check_output_dir,
+    claim_output_dir,
+    default_mode,
+    make_dir,
+    prepare_output_dir,
+    read_checkpoint,
+    read_json,
+    read_yaml,
+    remove_stale_temporaries,
+    write_atomic,
+    write_json_atomic,
+)
+from .config import TrainConfig, load_config
 
 METRICS_FILE = "metrics.json"
 CONFIG_FILE = "config.yaml"
@@ -61,8 +74,6 @@ def is_run_dir(directory: str | Path) -> bool:
     except UserError:
         return False
     # a whole TrainConfig and this toolkit's command: a two-line file naming the command is not a run
-    from .config import TrainConfig
-
     if resolved.get("command") not in RUN_COMMANDS or not isinstance(resolved.get("tasks"), dict):
         return False
     return set(TrainConfig.model_fields) <= set(settings)
@@ -250,7 +261,6 @@ class Run:
         Raises:
             ConfigError: ``config.yaml`` is missing, or is not a training run's.
         """
-        from .config import load_config
 
         return load_config(self.config_path)
 
@@ -265,7 +275,6 @@ def read_run_config(run_dir: str | Path) -> tuple[dict, dict]:
     Raises:
         CheckpointError: missing, unreadable or not a mapping.
     """
-    from ..fileio import read_yaml
 
     path = Path(run_dir) / CONFIG_FILE
     raw = read_yaml(path, CheckpointError, "run configuration")

@@ -71,7 +71,7 @@ def check_speed_flags(*, buckets: list[int] | None, compile_backend: str | None,
                               f"longer than the last of --length-buckets ({buckets[-1]}) and each give the compiled "
                               f"encoder a new shape; end the buckets at {longest} or above")
     if compile_backend:
-        import torch._dynamo
+        import torch._dynamo  # lazy: torch._dynamo takes about 2 s to import; only --compile needs it
 
         backends = torch._dynamo.list_backends(exclude_tags=())
         if compile_backend not in backends:
@@ -96,7 +96,7 @@ def compile_encoder(encoder: torch.nn.Module, backend: str, buckets: list[int] |
     the batch dimension first turns dynamic): the recompile limit is raised to that. Batches are marked by
     :func:`mark_shapes` (the DataModule's ``mark_shapes`` setting).
     """
-    import torch._dynamo
+    import torch._dynamo  # lazy: torch._dynamo takes about 2 s to import; only --compile needs it
 
     if buckets:
         needed = 2 * len(buckets) + 4
@@ -113,7 +113,7 @@ def mark_shapes(batch, how: str):
     """Mark the :class:`~mtdnn.tasks.batch.Batch`'s ``(rows, seq_len)`` tensors for dynamo. ``rows`` is always dynamic (the short last batch
     of a task and DDP shards reuse a graph); ``seq_len`` is static with ``how="buckets"`` (one graph per bucket)
     and dynamic with ``how="dynamic"`` (one graph for every length)."""
-    import torch._dynamo
+    import torch._dynamo  # lazy: torch._dynamo takes about 2 s to import; only --compile needs it
 
     if how not in SHAPE_MARKS:
         raise ValueError(f"mark_shapes: how must be one of {SHAPE_MARKS} (got {how!r})")

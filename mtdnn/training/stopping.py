@@ -10,10 +10,15 @@ import logging
 import math
 import os
 import signal
+import threading
+import time
 from pathlib import Path
 
+import lightning_fabric.strategies.launchers.subprocess_script as fabric_launcher
 import pytorch_lightning as pl
+import pytorch_lightning.strategies.launchers.subprocess_script as pl_launcher
 import torch
+from pytorch_lightning.trainer.connectors.signal_connector import _SignalConnector
 
 from .rng import save_rank_rng
 
@@ -52,9 +57,6 @@ def graceful_stop_connector(trainer, last_checkpoint: Path):
     if it is still running; a signal arriving while the main thread waits inside a collective still arms it (a
     wake-up file descriptor read by a thread).
     """
-    import threading
-
-    from pytorch_lightning.trainer.connectors.signal_connector import _SignalConnector
 
     class GracefulStop(_SignalConnector):
         def __init__(self):
@@ -157,10 +159,6 @@ def install_patient_process_observer() -> None:
     exits 143; after a rank's death its next collective fails and it stops with one message), then does as
     Lightning's.
     """
-    import time
-
-    import lightning_fabric.strategies.launchers.subprocess_script as fabric_launcher
-    import pytorch_lightning.strategies.launchers.subprocess_script as pl_launcher
 
     if getattr(pl_launcher._launch_process_observer, "mtdnn_patient", False):
         return
@@ -291,7 +289,6 @@ PEER_FAILURE_MARKERS = ("connection closed by peer", "connection reset by peer",
 def is_peer_failure(err: BaseException) -> bool:
     """Whether ``err`` is a collective failing because another rank went away (torch.distributed's errors, or the
     communication library's RuntimeError naming the lost connection)."""
-    import torch
 
     dist_error = getattr(torch.distributed, "DistError", None)
     if dist_error is not None and isinstance(err, dist_error):

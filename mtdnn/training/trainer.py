@@ -13,8 +13,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..fileio import write_json_atomic
+from ..tasks.data import article_lists
+from . import pipeline
 from .config import TrainConfig
-from .runs import Run
+from .runs import CARVES_FILE, Run
 
 
 def fit(config: TrainConfig, *, overwrite: bool = False, resume: bool = False) -> Run:
@@ -37,7 +40,6 @@ def fit(config: TrainConfig, *, overwrite: bool = False, resume: bool = False) -
             without ``resume`` or ``overwrite`` included).
         Interrupted: Ctrl-C (exit code 130) or SIGTERM (143); ``last.ckpt`` is kept for ``resume``.
     """
-    from . import pipeline
 
     run = pipeline.plan(config, overwrite=overwrite, resume=resume, prepare=_write_carves)
     pipeline.execute(run)
@@ -47,9 +49,6 @@ def fit(config: TrainConfig, *, overwrite: bool = False, resume: bool = False) -
 def _write_carves(plan) -> None:
     """``carves.json``: the articles of each side of a carve by article (SQuAD), for the record (``plan``: a
     :class:`~mtdnn.training.pipeline.Plan`)."""
-    from ..fileio import write_json_atomic
-    from ..tasks.data import article_lists
-    from .runs import CARVES_FILE
 
     carves = article_lists(plan.tasks, Path(plan.config.data_dir))
     if carves:

@@ -21,6 +21,10 @@ from ...errors import ConfigError, DataError
 from ...fileio import write_json_atomic
 from ...tasks.data import RawSplit, load_split
 from ...tasks.taskdef import SplitSpec, TaskDef
+from ...tasks.tokenized import tokenize_examples
+from ...training.inference import predict_outputs
+from .outputs import claim_diagnose_dir
+from .plots import grouped_bars
 
 ADVERSARIAL_SUFFIX = "-adversarial"
 DEFAULT_ADVERSARIAL_DEV = "arct_adversarial/dev-adv-negated.csv"
@@ -128,8 +132,6 @@ def arct_diagnosis(loaded, task_name: str, adversarial: str, data_dir: Path, dev
     Raises:
         ConfigError, DataError: see :func:`adversarial_task`, :func:`pair_adversarial`.
     """
-    from ...tasks.tokenized import tokenize_examples
-    from ...training.inference import predict_outputs
 
     task = loaded.task(task_name)
     raw = load_adversarial(task, adversarial, data_dir)
@@ -159,10 +161,8 @@ def format_arct_table(result: dict) -> str:
 
 def write_arct_outputs(result: dict, output_dir: str | Path, stem: str = "diagnose-arct") -> dict[str, Path]:
     """Write ``<stem>.json`` and ``<stem>.png`` (bars for the four figures, chance as a dashed line)."""
-    from .outputs import claim_diagnose_dir
 
     output_dir = claim_diagnose_dir(output_dir)
-    from .plots import grouped_bars
 
     output_dir = Path(output_dir)
     groups = ["original", "negated", "both right", "adversarial dev"]

@@ -24,9 +24,9 @@ from ...errors import ConfigError
 from ...fileio import write_json_atomic
 from ...tables import markdown_table
 from ...tasks.taskdef import TaskDef
+from .hans_file import ENTAILMENT, GOLD_LABELS, HEURISTICS, NON_ENTAILMENT, HansExample, HansFile
 from .outputs import claim_diagnose_dir
 from .plots import grouped_bars
-from .hans_file import ENTAILMENT, GOLD_LABELS, HEURISTICS, NON_ENTAILMENT, HansExample, HansFile
 
 # Label names whose meaning is plain (lower-cased); anything else needs --label-map.
 KNOWN_LABELS = {"entailment": ENTAILMENT, "entails": ENTAILMENT, "entailed": ENTAILMENT,
@@ -131,7 +131,7 @@ def model_predictor(loaded, task: TaskDef, mapping: dict[str, str], device: str 
     Each call tokenizes only its batch (as ``mtdnn.predict`` tokenizes raw input: premise, hypothesis, the run's
     max length), scores it with the task's head and maps the arg-max label through ``mapping``.
     """
-    # in the function: scoring with --rule, and reading HANS files, import no torch
+    # keeps torch out of import time: scoring with --rule and reading HANS files need none
     from ...tasks.data import Example
     from ...tasks.tokenized import tokenize_examples
     from ...training.inference import predict_outputs

@@ -12,6 +12,7 @@ from ...fileio import check_output_dir, claim_output_dir
 def is_diagnose_dir(directory: Path) -> bool:
     """Whether ``directory`` holds a diagnostic's outputs written before output directories had a record file:
     ``diagnose-*.json`` files, or only the training runs of an interrupted partial-input baseline."""
+    # keeps torch out of import time
     from ...training.runs import is_run_dir
 
     if any(directory.glob("diagnose-*.json")):

@@ -22,10 +22,14 @@ from pathlib import Path
 
 from ...errors import ConfigError
 from ...fileio import dump_yaml, make_dir, write_atomic, write_json_atomic
+from ...tables import markdown_table
 from ...tasks.data import load_split
 from ...tasks.taskdef import TaskDef
-from ...tables import markdown_table
+from ...training import trainer
 from ...training.config import TrainConfig, overrides_model
+from ...training.runs import continue_unfinished, read_metrics
+from .outputs import claim_diagnose_dir
+from .plots import grouped_bars
 
 INPUTS = ("hypothesis", "premise", "warrants")
 FULL = "full"
@@ -99,8 +103,6 @@ def train_variant(task: TaskDef, variant: str, seed: int, data_dir: Path, output
     Raises:
         ConfigError, DataError: bad settings or data. Interrupted, Diverged: the training stopped.
     """
-    from ...training import trainer
-    from ...training.runs import continue_unfinished, read_metrics
 
     run_dir = output_dir / f"{variant}-seed{seed}"
     metrics = read_metrics(run_dir)
@@ -129,7 +131,6 @@ def partial_input_baselines(task: TaskDef, input: str, seeds: list[int], data_di
     """
     partial = partial_task(task, input)
     majority = majority_baseline(task, data_dir)
-    from .outputs import claim_diagnose_dir
 
     output_dir = claim_diagnose_dir(output_dir)
     variants = {f"{input}-only": partial}
@@ -157,10 +158,8 @@ def format_partial_table(result: dict) -> str:
 
 def write_partial_outputs(result: dict, output_dir: str | Path, stem: str = "diagnose-partial-input") -> dict[str, Path]:
     """Write ``<stem>.json`` and ``<stem>.png`` (majority, partial and full input; error bars of one sd)."""
-    from .outputs import claim_diagnose_dir
 
     output_dir = claim_diagnose_dir(output_dir)
-    from .plots import grouped_bars
 
     output_dir = Path(output_dir)
     groups = ["majority"] + list(result["variants"])

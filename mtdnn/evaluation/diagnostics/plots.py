@@ -8,6 +8,8 @@ import tempfile
 from pathlib import Path
 from typing import Sequence
 
+from matplotlib.figure import Figure
+
 from ...fileio import default_mode, make_dir
 
 
@@ -23,7 +25,6 @@ def grouped_bars(path: str | Path, groups: Sequence[str], series: dict[str, Sequ
         errors: legend name -> one standard deviation per group (error bars), optional.
         reference: (name, y) of a dashed horizontal line, e.g. ("chance", 0.5).
     """
-    from matplotlib.figure import Figure  # in the function: diagnostics that draw nothing never import matplotlib
 
     path = Path(path)
     width = 0.8 / max(len(series), 1)

@@ -15,8 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...errors import ConfigError, DataError, UserError
-from ...fileio import make_dir, read_json, write_atomic
-from .cues import CueSettings
+from ...fileio import make_dir, read_json, write_atomic, write_json_atomic
+from .arct import arct_diagnosis, format_arct_table, write_arct_outputs
+from .cues import CueSettings, cue_statistics, format_cue_tables
+from .hans import entailment_label_map, format_hans_table, hans_diagnosis, model_predictor, write_hans_outputs
+from .hans_file import open_hans
+from .outputs import claim_diagnose_dir
+from .partial_input import format_partial_table
 
 HANS, ARCT, CUES, PARTIAL = "HANS", "Adversarial ARCT", "Cue statistics", "Partial-input baselines"
 
@@ -55,9 +60,6 @@ def _link(path: Path, root: Path) -> str:
 
 
 def _hans_section(loaded, name: str, inputs: ReportInputs, out: Path) -> list[str]:
-    from .hans import entailment_label_map, format_hans_table, hans_diagnosis, model_predictor, write_hans_outputs
-    from .hans_file import open_hans
-
     task = loaded.tasks[name]
     try:
         mapping = entailment_label_map(task, {k: v for k, v in inputs.label_map.items() if k in (task.labels or [])})
@@ -76,8 +78,6 @@ def _hans_section(loaded, name: str, inputs: ReportInputs, out: Path) -> list[st
 
 
 def _arct_section(loaded, name: str, inputs: ReportInputs, out: Path) -> list[str]:
-    from .arct import arct_diagnosis, format_arct_table, write_arct_outputs
-
     try:
         result = arct_diagnosis(loaded, name, inputs.adversarial, inputs.data_dir, inputs.device, inputs.batch_size)
     except DataError as err:
@@ -92,9 +92,6 @@ def _arct_section(loaded, name: str, inputs: ReportInputs, out: Path) -> list[st
 
 
 def _cue_section(loaded, name: str, inputs: ReportInputs, out: Path) -> list[str]:
-    from ...fileio import write_json_atomic
-    from .cues import cue_statistics, format_cue_tables
-
     task = loaded.tasks[name]
     splits = [s for s in ("train", "dev") if s in task.splits]
     try:
@@ -119,8 +116,6 @@ def read_partial_result(source: Path) -> dict:
 
 
 def _partial_section(task, inputs: ReportInputs, out: Path) -> list[str]:
-    from .partial_input import format_partial_table
-
     name = task.name
     lines = []
     for source in inputs.partial_input:
@@ -150,7 +145,6 @@ def write_report(loaded, inputs: ReportInputs, output_dir: Path) -> tuple[Path, 
     Returns:
         The report's path and ``{task: [section titles]}``.
     """
-    from .outputs import claim_diagnose_dir
 
     output_dir = claim_diagnose_dir(output_dir)
     lines = [f"# Diagnostics of `{loaded.model_dir}`", "",

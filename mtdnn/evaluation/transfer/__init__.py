@@ -14,14 +14,21 @@ outputs, validates the flags and runs the sweep and the report). One module per 
 | :mod:`.run` | :func:`run_transfer`: validate a spec, sweep, report |
 """
 
-from .encoders import Encoder, parse_encoder_list, resolve_encoder_spec, reused_head_state
-from .finetune import evaluate_split, fine_tune
-from .report import build_report, plot_learning_curve, render_markdown
-from .run import run_transfer
-from .settings import SETTINGS, TransferSettings
-from .spec import TransferSpec
-from .sweep import choose_splits, run_sweep
+import importlib
 
-__all__ = ["SETTINGS", "Encoder", "TransferSettings", "TransferSpec", "run_transfer", "build_report", "choose_splits", "evaluate_split", "fine_tune",
-           "parse_encoder_list", "plot_learning_curve", "render_markdown", "resolve_encoder_spec", "reused_head_state",
-           "run_sweep"]
+# name -> the submodule that defines it; imported on first use, so that the command's --help and its spec
+# (:mod:`.spec`, :mod:`.settings`) import no torch (the fine-tune and the sweep do)
+_EXPORTS = {
+    "Encoder": "encoders", "parse_encoder_list": "encoders", "resolve_encoder_spec": "encoders",
+    "reused_head_state": "encoders", "evaluate_split": "finetune", "fine_tune": "finetune",
+    "build_report": "report", "plot_learning_curve": "report", "render_markdown": "report",
+    "run_transfer": "run", "SETTINGS": "settings", "TransferSettings": "settings", "TransferSpec": "spec",
+    "choose_splits": "sweep", "run_sweep": "sweep",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

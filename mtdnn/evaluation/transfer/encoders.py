@@ -15,6 +15,7 @@ from ...errors import CheckpointError, ConfigError
 from ...fileio import read_safetensors
 from ...tasks.taskdef import TaskDef
 
+
 @dataclass
 class Encoder:
     """One encoder of the comparison.
@@ -49,6 +50,7 @@ class Encoder:
 
 
 def _packaged_path() -> str:
+    # keeps torch out of import time
     from ...modeling.model import PACKAGED_MINILM, resolve_encoder
 
     return resolve_encoder(PACKAGED_MINILM)
@@ -82,6 +84,7 @@ def parse_encoder_list(text: str) -> list[tuple[str, str]]:
 
 
 def _is_run_like(path: Path) -> bool:
+    # keeps torch out of import time
     from ...training.export import is_export_dir
 
     return path.is_dir() and (is_export_dir(path) or any((path / name).exists()
@@ -95,6 +98,7 @@ def reused_head_state(export: Path, source_task: str, task: TaskDef) -> dict:
         CheckpointError: the export has no such head, or it was trained for another task type, other labels
             (or another order of them) or another pooling.
     """
+    # keeps torch out of import time
     from ...training.export import load_export_tasks
 
     saved = load_export_tasks(export)
@@ -131,8 +135,9 @@ def resolve_encoder_spec(label: str, spec: str, task: TaskDef, reuse_head: str |
         ConfigError: the encoder or its tokenizer cannot be loaded, or does not fit the task's head.
         CheckpointError: a run directory that is incomplete, or a reused head that does not fit.
     """
-    from ...training.export import load_export_tasks, resolve_export
+    # keeps torch out of import time
     from ...modeling.model import PACKAGED_MINILM, MultiTaskModel, load_encoder, load_tokenizer
+    from ...training.export import load_export_tasks, resolve_export
 
     path = Path(spec)
     if spec == PACKAGED_MINILM:

@@ -6,7 +6,14 @@ from pathlib import Path
 
 import torch
 
+from ...modeling.metrics import build_metrics, compute_metrics
+from ...tasks.schedule import MultiTaskBatchSampler, TaskSize
 from ...tasks.taskdef import TaskDef
+from ...training import pipeline
+from ...training.config import TrainConfig
+from ...training.datamodule import MultiTaskDataModule
+from ...training.inference import predict_outputs
+from ...training.module import MultiTaskModule
 from .encoders import Encoder
 from .settings import TransferSettings
 
@@ -23,11 +30,6 @@ def fine_tune(encoder: Encoder, task: TaskDef, train_set, tokenizer, settings: T
     Raises:
         ConfigError: a setting, flag or length the pipeline refuses (as ``train`` would).
     """
-    from ...training import pipeline
-    from ...training.config import TrainConfig
-    from ...training.datamodule import MultiTaskDataModule
-    from ...training.module import MultiTaskModule
-    from ...tasks.schedule import MultiTaskBatchSampler, TaskSize
 
     class SubsetDataModule(MultiTaskDataModule):
         """One task's training subset, already tokenized; no dev loader (the evaluation comes after training)."""
@@ -74,8 +76,6 @@ def evaluate_split(model, task: TaskDef, split, pad_token_id: int, batch_size: i
     The batching and metric updates of :func:`mtdnn.training.inference.predict_outputs` (length-sorted batches, as
     training's validation does).
     """
-    from ...training.inference import predict_outputs
-    from ...modeling.metrics import build_metrics, compute_metrics
 
     model.eval().to(device)
     metrics = build_metrics(task).to(device)

@@ -9,6 +9,9 @@ import statistics
 import tempfile
 from pathlib import Path
 
+from matplotlib.figure import Figure
+from matplotlib.ticker import FixedLocator, NullLocator
+
 from ...tables import markdown_table
 from ...tasks.taskdef import TaskDef
 from .encoders import Encoder
@@ -78,11 +81,7 @@ def plot_learning_curve(report: dict, path: Path) -> None:
     Error bars are one sample standard deviation over seeds, drawn only when there is one (two or more seeds).
     Written to a temporary file beside ``path`` and renamed into place.
     """
-    # in the function: a sweep imports matplotlib only to draw; a Figure of its own (no pyplot, no global backend
-    # switch), whose savefig renders the PNG with the Agg canvas
-    from matplotlib.figure import Figure
-    from matplotlib.ticker import FixedLocator, NullLocator
-
+    # a Figure of its own (no pyplot, no global backend switch), whose savefig renders the PNG with the Agg canvas
     fig = Figure(figsize=(6.4, 4.4))
     ax = fig.subplots()
     count = len(report["encoders"])

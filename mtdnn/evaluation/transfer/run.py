@@ -8,7 +8,10 @@ from pathlib import Path
 
 from ...errors import ConfigError, DataError, Interrupted
 from ...fileio import check_output_dir, claim_output_dir, write_atomic, write_json_atomic
+from ...tasks.data import load_split, resolve_data_dir
+from ...tasks.subsets import check_sizes, sizes_from_fractions, stratified_order
 from ...tasks.taskdef import load_task_defs, select_tasks, shipped_task_defs
+from ...training.flags import check_lightning_flags
 from .encoders import parse_encoder_list, resolve_encoder_spec
 from .report import CURVE_PNG, RESULTS_JSON, RESULTS_MD, build_report, plot_learning_curve, render_markdown
 from .settings import SETTINGS
@@ -29,9 +32,6 @@ def run_transfer(spec: TransferSpec) -> dict:
         ConfigError, DataError, CheckpointError: bad settings, task definitions, data or runs, before any training.
         Interrupted: Ctrl-C during a fine-tune (finished runs are kept in ``per_run/`` and reused by a rerun).
     """
-    from ...tasks.data import load_split, resolve_data_dir
-    from ...tasks.subsets import check_sizes, sizes_from_fractions, stratified_order
-    from ...training.flags import check_lightning_flags
 
     settings = SETTINGS
 

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ...errors import ConfigError
+from ...training.config import TrainConfig
+
 
 @dataclass(frozen=True)
 class TransferSettings:
@@ -32,8 +35,6 @@ class TransferSettings:
     def __post_init__(self) -> None:
         """``train`` is validated by :class:`~mtdnn.training.config.TrainConfig` itself (ConfigError naming the
         field); only :data:`TRAIN_FIELDS` may be given (the others are the pipeline's, per fine-tune)."""
-        from ...errors import ConfigError
-        from ...training.config import TrainConfig
 
         other = sorted(set(self.train) - set(self.TRAIN_FIELDS))
         if other:

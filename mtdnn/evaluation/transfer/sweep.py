@@ -15,7 +15,9 @@ from pathlib import Path
 
 from ...errors import CheckpointError, ConfigError
 from ...fileio import read_json, write_json_atomic
+from ...modeling.model import load_tokenizer
 from ...tasks.taskdef import TaskDef
+from ...tasks.tokenized import tokenized_split
 from .encoders import Encoder, safe_name
 from .finetune import evaluate_split, fine_tune
 from .settings import TransferSettings
@@ -53,8 +55,6 @@ def run_sweep(task: TaskDef, encoders: list[Encoder], sizes: list[int], orders: 
     Raises:
         KeyboardInterrupt: the user interrupted a fine-tune (finished runs are kept).
     """
-    from ...modeling.model import load_tokenizer
-    from ...tasks.tokenized import tokenized_split
 
     seeds = list(orders)
     records: dict[str, dict[int, dict[int, dict]]] = {}

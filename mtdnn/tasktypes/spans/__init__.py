@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ...errors import ConfigError, DataError
 from ...fileio import quote_prefix
 from ...tasks.rows import LABELLED_SPLITS
 from ...tasks.types import SoftTargetPieces, TaskKind
@@ -66,7 +67,6 @@ class SpanExtraction(TaskKind):
     def check_max_length(self, task: TaskDef, value: int, source: str) -> None:
         """A window of ``value`` pieces must hold ``qa.doc_stride`` (:func:`.features.stride_fits`); raises
         ConfigError."""
-        from ...errors import ConfigError
 
         if not stride_fits(value, task.qa_spec.doc_stride):
             raise ConfigError(f"{source}: max length {value} is too short for task '{task.name}': its field "
@@ -82,7 +82,6 @@ class SpanExtraction(TaskKind):
         Raises:
             DataError: see :func:`.squad.read_squad`; also a train or dev question without answers (named by id).
         """
-        from ...errors import DataError
 
         spec = task.splits[split]
         examples = read_squad(path, task.name, spec.encoding)

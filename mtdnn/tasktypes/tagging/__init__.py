@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ...errors import DataError
 from ...tasks.rows import LABELLED_SPLITS
 from ...tasks.types import SoftTargetPieces, TaskKind
 from ..files import check_formats
@@ -68,7 +69,6 @@ class SequenceLabelling(TaskKind):
             DataError: see :func:`.conll.read_conll`; also a train or dev split whose ``columns`` lack the task's
                 ``label`` column.
         """
-        from ...errors import DataError
 
         spec = task.splits[split]
         columns = list(spec.columns or [])
