@@ -8,6 +8,7 @@ import pytest
 import torch
 from lightning_fabric.utilities.apply_func import move_data_to_device
 
+from mtdnn.modeling.model import MultiTaskModel, load_encoder
 from mtdnn.tasks.batch import Batch
 from mtdnn.tasks.collate import collate
 from mtdnn.tasks.tokenized import tokenize_examples
@@ -126,3 +127,24 @@ def test_the_collator_counts_examples_and_the_mapping_view_reads_fields(tasks, t
         batch["teacher_logits"]
     with pytest.raises(KeyError):
         batch["no_such_field"]
+
+
+def test_each_type_builds_its_head_and_its_loss_trains_it(tasks, tokenizer, tiny_encoder):
+    """Every head name of the six types (linear, SAN, token, span, MLM) is built by its type; the type's loss of
+    the head's outputs is a finite scalar whose gradient reaches the head."""
+    model = MultiTaskModel(load_encoder(tiny_encoder), dict(tasks))
+    assert {tasks[name].head_type for name in tasks} == {"linear", "san", "token", "span", "mlm"}
+    for name in sorted(tasks):
+        task, split, batch = _batch(tasks, tokenizer, name)
+        for epoch in range(20):  # the mask depends on the epoch: one with a masked token for the MLM loss
+            if name != "mlm" or batch.head_inputs["mlm_positions"].any():
+                break
+            batch = collate([dict(split[i], epoch=epoch) for i in range(len(split))], task, tokenizer.pad_token_id,
+                            tokenizer=tokenizer)
+        model.zero_grad()
+        outputs = model(name, batch.input_ids, batch.attention_mask, batch.token_type_ids, batch.head_inputs)
+        loss = task.kind.loss(task)(outputs, batch.labels, batch.weight, float(batch.weight.sum()))
+        assert loss.dim() == 0 and torch.isfinite(loss), name
+        loss.backward()
+        grads = [p.grad for p in model.heads[name].parameters() if p.requires_grad]
+        assert grads and any(g is not None and g.abs().sum() > 0 for g in grads), name

@@ -255,7 +255,7 @@ def torch_at_import() -> dict[str, bool]:
 
 def function_level_imports(path: Path):
     """``(node, comment)`` for each import inside a function of ``path``; ``comment`` is the text of the comments on
-    the import's lines and of the comment lines just above the first import of its run of consecutive imports."""
+    the lines of its run of consecutive imports (up to its own) and of the comment lines just above the run."""
     lines = path.read_text(encoding="utf-8").split("\n")
     tree = ast.parse("\n".join(lines))
     nodes = {}
@@ -269,7 +269,7 @@ def function_level_imports(path: Path):
         first = node
         while first.lineno - 1 in ends:
             first = ends[first.lineno - 1]
-        comments = [text.split("#", 1)[1] for text in lines[node.lineno - 1:node.end_lineno] if "#" in text]
+        comments = [text.split("#", 1)[1] for text in lines[first.lineno - 1:node.end_lineno] if "#" in text]
         above = first.lineno - 2
         while above >= 0 and lines[above].strip().startswith("#"):
             comments.append(lines[above].strip()[1:])

@@ -142,7 +142,6 @@ def test_collate_masks_labels_and_span_boundaries(text_dir, tokenizer):
 
 
 def test_head_is_tied_to_the_input_embeddings_and_sbo_adds_a_loss(text_dir, tokenizer, tiny_encoder):
-    from mtdnn.modeling.losses import LOSSES
     from mtdnn.modeling.model import MultiTaskModel, load_encoder
     from mtdnn.tasks.collate import collate
     from mtdnn.tasks.tokenized import tokenized_split
@@ -157,7 +156,7 @@ def test_head_is_tied_to_the_input_embeddings_and_sbo_adds_a_loss(text_dir, toke
     out = model("m", batch["input_ids"], batch["attention_mask"], None, batch["head_inputs"])
     m = int(batch["head_inputs"]["mlm_positions"].sum())
     assert out.shape == (m, 2, embeddings.shape[0])
-    loss = LOSSES["mlm_cross_entropy"](out, batch["labels"], batch["weight"], float(len(split)))
+    loss = task.kind.loss(task)(out, batch["labels"], batch["weight"], float(len(split)))  # mlm_cross_entropy
     targets = batch["labels"][batch["labels"] != IGNORE]
     rows = batch["head_inputs"]["mlm_positions"].nonzero()[:, 0]
     per_token = F.cross_entropy(out[:, 0], targets, reduction="none") + F.cross_entropy(out[:, 1], targets,

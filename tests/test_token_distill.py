@@ -6,6 +6,7 @@ run of NER, QA and a sentence task on slices of the real CoNLL-2003, SQuAD and R
 import json
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -18,7 +19,7 @@ from mtdnn.distillation import soft_targets
 from mtdnn.distillation.batch_targets import PieceBatchTargets
 from mtdnn.distillation.pieces import MASKED, PieceOutputs, pieces_digest
 from mtdnn.errors import run_cli
-from mtdnn.modeling.losses import DISTILLATION_LOSSES
+from mtdnn.tasks.types import TASK_TYPES
 from mtdnn.modeling.token_heads import span_distillation_loss, token_distillation_loss
 from mtdnn.tasks.rows import IGNORE
 
@@ -77,8 +78,10 @@ def test_token_distillation_loss_equals_a_hand_computation_and_ignores_unlabelle
     expected = total / 2  # the mean over the sentence's labelled pieces
     args = (torch.tensor([s]), torch.tensor([z]), torch.tensor([labels]), torch.ones(1), 1.0, T, alpha)
     assert token_distillation_loss(*args).item() == pytest.approx(expected, rel=1e-6)
-    # the student's task loss is looked up by the task's loss name
-    assert DISTILLATION_LOSSES["token_cross_entropy"](*args).item() == pytest.approx(expected, rel=1e-6)
+    # the student's task loss is the type's, whichever gold loss the task names
+    for gold in ("token_cross_entropy", "token_cross_entropy_per_piece"):
+        named = SimpleNamespace(loss_name=gold)
+        assert TASK_TYPES["sequence_labelling"].distillation_loss(named)(*args).item() == pytest.approx(expected, rel=1e-6)
     # the teacher's and the student's values at the unlabelled piece change nothing
     s2, z2 = torch.tensor([s]), torch.tensor([z])
     s2[0, 0], z2[0, :, 0] = torch.tensor([-30.0, 30.0]), torch.tensor([0.0, 50.0])
@@ -105,8 +108,10 @@ def test_span_distillation_loss_averages_the_start_and_end_soft_cross_entropies(
         sides.append(alpha * T * T * soft + (1 - alpha) * gold)
     expected = (sides[0] + sides[1]) / 2
     labels = torch.tensor([[1, 2, 7]])  # a batch's labels: start, end, the window's row (ignored)
-    loss = DISTILLATION_LOSSES["span_cross_entropy"](torch.tensor([s]), torch.tensor([z]), labels, torch.ones(1), 1.0,
-                                                     T, alpha, student_tempered=torch.tensor([s]) / T)
+    named = SimpleNamespace(loss_name="span_cross_entropy")
+    loss = TASK_TYPES["span_extraction"].distillation_loss(named)(torch.tensor([s]), torch.tensor([z]), labels,
+                                                                   torch.ones(1), 1.0, T, alpha,
+                                                                   student_tempered=torch.tensor([s]) / T)
     assert loss.item() == pytest.approx(expected, rel=1e-5)
     assert span_distillation_loss(torch.tensor([s]), torch.tensor([z]), labels[:, :2], torch.ones(1), 1.0, T,
                                   alpha).item() == pytest.approx(expected, rel=1e-5)

@@ -10,7 +10,6 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from ..modeling.losses import DISTILLATION_LOSSES
 from ..tasks.taskdef import TaskDef
 from ..training.datamodule import MultiTaskDataModule
 from ..training.module import MultiTaskModule
@@ -112,7 +111,7 @@ class DistillationModule(MultiTaskModule):
                                "(use DistillationDataModule)")
         task = self.task_defs[batch.task]
         # The normaliser of MultiTaskModule.task_loss: global real examples / world size (see mtdnn.modeling.losses).
-        loss = DISTILLATION_LOSSES[task.loss_name](outputs, batch.teacher_logits, batch.labels, batch.weight,
-                                                   self.loss_normalizer(batch), self.hparams.temperature,
-                                                   self.hparams.alpha, student_tempered=tempered)
+        loss = task.kind.distillation_loss(task)(outputs, batch.teacher_logits, batch.labels, batch.weight,
+                                                 self.loss_normalizer(batch), self.hparams.temperature,
+                                                 self.hparams.alpha, student_tempered=tempered)
         return task.loss_weight * loss

@@ -1,7 +1,7 @@
 """Task heads: pool the shared encoder's output, apply dropout, project to the task's outputs.
 
-:data:`HEADS` maps each ``head.type`` a task type allows (:data:`mtdnn.tasks.types.TASK_TYPES`) to the
-function that builds it from the task and the encoder. A head is called as
+Each task type builds its heads (:meth:`mtdnn.tasks.types.TaskKind.build_head`) from the builders here
+(:func:`linear_head`) and in :mod:`.san`, :mod:`.mlm` and :mod:`.token_heads`. A head is called as
 ``head(hidden, attention_mask, pooled, **head_inputs)``, where ``head_inputs`` are the extra tensors the task
 type's collation puts in a batch (e.g. SAN's ``sequence_ids``).
 
@@ -21,9 +21,6 @@ from torch import nn
 
 from ..errors import ConfigError
 from ..tasks.taskdef import TaskDef
-from .mlm import mlm_head
-from .san import san_head
-from .token_heads import span_head, token_head
 
 
 def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooled: torch.Tensor | None, pooling: str) -> torch.Tensor:
@@ -127,6 +124,3 @@ class TaskHead(nn.Module):
 def linear_head(task: TaskDef, encoder: nn.Module) -> TaskHead:
     """:class:`TaskHead` sized to the encoder's hidden size."""
     return TaskHead(task, encoder.config.hidden_size)
-
-
-HEADS = {"linear": linear_head, "san": san_head, "mlm": mlm_head, "token": token_head, "span": span_head}

@@ -3,7 +3,9 @@
 Every loss returns ``sum_i w_i * l_i / normalizer`` where ``w_i`` is 1 for a real example and 0 for a DDP
 padding copy, and ``normalizer`` is the global number of real examples in the step's batch. On one process
 this is the plain mean; on W ranks each rank's gradient is scaled by W (DDP averages gradients), so the sum
-over ranks equals the one-process mean.
+over ranks equals the one-process mean. Each task type names the loss of its tasks (and of their distillation)
+through :meth:`mtdnn.tasks.types.TaskKind.loss` and ``distillation_loss``; the token-level and MLM losses are in
+:mod:`.token_heads` and :mod:`.mlm`.
 """
 
 from __future__ import annotations
@@ -11,9 +13,6 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .mlm import mlm_cross_entropy
-from .token_heads import (span_cross_entropy, span_distillation_loss, token_cross_entropy,
-                          token_cross_entropy_per_piece, token_distillation_loss)
 
 
 def _reduce(per_example: torch.Tensor, weight: torch.Tensor, normalizer: float) -> torch.Tensor:
@@ -47,11 +46,6 @@ def soft_cross_entropy(student_logits: torch.Tensor, soft_targets: torch.Tensor,
     members' ``softmax(z_m / T)`` (Hinton et al. 2015, arXiv 1503.02531; MT-DNN-KD, arXiv 1904.09482 eq. 2).
     """
     return -(soft_targets * F.log_softmax(student_logits.float() / temperature, dim=-1)).sum(-1)
-
-
-LOSSES = {"cross_entropy": cross_entropy, "mse": mse, "ranking_cross_entropy": ranking_cross_entropy,
-          "mlm_cross_entropy": mlm_cross_entropy, "token_cross_entropy": token_cross_entropy,
-          "token_cross_entropy_per_piece": token_cross_entropy_per_piece, "span_cross_entropy": span_cross_entropy}
 
 
 # ----------------------------------------------------------------------------------------------- distillation
@@ -118,12 +112,3 @@ def distillation_mse(student_scores: torch.Tensor, teacher_predictions: torch.Te
     gold = (scores - targets.float()) ** 2
     return _reduce(alpha * soft + (1.0 - alpha) * gold, weight, normalizer)
 
-
-DISTILLATION_LOSSES = {"cross_entropy": distillation_cross_entropy, "mse": distillation_mse,
-                       "ranking_cross_entropy": distillation_cross_entropy,
-                       "token_cross_entropy": token_distillation_loss, "span_cross_entropy": span_distillation_loss,
-                       # the soft-target loss of a student stays per sentence whichever gold loss its task names
-                       "token_cross_entropy_per_piece": token_distillation_loss}
-"""A task's loss name -> its distillation loss: ``(student outputs, teacher_logits, labels, weight, normalizer,
-temperature, alpha, student_tempered=...)``. Teacher outputs per example ``(batch, members, outputs)``, or per piece
-``(batch, members, seq_len, width)`` for the token-level types (:mod:`mtdnn.modeling.token_heads`)."""

@@ -23,7 +23,7 @@ from transformers import AutoConfig, AutoModel, AutoTokenizer
 from ..errors import CheckpointError, ConfigError
 from ..fileio import file_digest, read_json, read_safetensors, read_yaml
 from ..tasks.taskdef import TaskDef
-from .heads import HEADS, resolve_pooling
+from .heads import resolve_pooling
 
 log = logging.getLogger(__name__)
 
@@ -240,7 +240,7 @@ def load_tokenizer(name: str, trust_remote_code: bool = False):
 
 
 class MultiTaskModel(nn.Module):
-    """A shared encoder and a head per task, built by :data:`~mtdnn.modeling.heads.HEADS` from ``head.type``.
+    """A shared encoder and a head per task, built by each task's type from ``head.type`` (:meth:`mtdnn.tasks.types.TaskKind.build_head`).
 
     Args:
         encoder: a Hugging Face encoder (returns ``last_hidden_state`` and optionally ``pooler_output``).
@@ -255,7 +255,7 @@ class MultiTaskModel(nn.Module):
         super().__init__()
         self.encoder = encoder
         self.tasks = resolve_pooling(tasks, encoder)  # unset head.pooling -> the encoder's default
-        self.heads = nn.ModuleDict({name: HEADS[task.head_type](task, encoder) for name, task in self.tasks.items()})
+        self.heads = nn.ModuleDict({name: task.kind.build_head(task, encoder) for name, task in self.tasks.items()})
         # DistilBERT and ModernBERT take no token_type_ids at all
         self.takes_token_types = "token_type_ids" in inspect.signature(encoder.forward).parameters
         self.train()  # from_pretrained returns the encoder in eval mode, which would disable dropout

@@ -124,7 +124,7 @@ def token_distillation_loss(student_logits: torch.Tensor, teacher_logits: torch.
     pieces, special tokens and padding count for nothing, whatever the teacher's logits there).
     ``student_logits`` ``(batch, seq_len, tags)``, ``teacher_logits`` ``(batch, members, seq_len, tags)``,
     ``labels`` ``(batch, seq_len)``. ``student_tempered`` (the head's ``s / T``) is accepted for the uniform
-    signature of :data:`mtdnn.modeling.losses.DISTILLATION_LOSSES`; the token head's is exactly ``s / T``.
+    signature of a type's ``distillation_loss`` (:class:`mtdnn.tasks.types.TaskKind`); the token head's is exactly ``s / T``.
     """
     q = F.softmax(teacher_logits.float() / temperature, dim=-1).mean(dim=1)
     soft = -(q * F.log_softmax(student_logits.float() / temperature, dim=-1)).sum(-1)

@@ -13,9 +13,10 @@ The pipeline asks a task's type at each stage:
 
     definition rules and defaults (:meth:`TaskKind.check`, ``heads``, ``losses``, ``metrics``) -> reading
     (``read_file``, or ``make_examples`` and ``parse_label`` per row of a table) -> tokenization
-    (:meth:`TaskKind.tokenize`, cached) -> collation into the type's batch (:meth:`TaskKind.collate`) -> head,
-    loss and metrics (named in :data:`mtdnn.modeling.heads.HEADS`, :data:`mtdnn.modeling.losses.LOSSES`,
-    :data:`mtdnn.modeling.metrics.METRICS`; ``head_outputs`` shapes the linear head's output) -> what the
+    (:meth:`TaskKind.tokenize`, cached) -> collation into the type's batch (:meth:`TaskKind.collate`) -> head
+    and loss, built by the type (:meth:`TaskKind.build_head`, :meth:`TaskKind.loss`, ``distillation_loss``;
+    ``head_outputs`` shapes the linear head's output), metrics (named in :data:`mtdnn.modeling.metrics.METRICS`)
+    -> what the
     metrics compare (:meth:`TaskKind.metric_inputs`), the predictions of ``mtdnn.predict`` (``decode``) -> the
     soft targets of distillation (``soft_targets``, ``output_width``, ``soft_target_pieces``).
 
@@ -68,8 +69,8 @@ class TaskKind(ABC):
 
     Attributes:
         name: the ``type`` of the task definition.
-        heads: allowed ``head.type`` values, the first is the default (:data:`mtdnn.modeling.heads.HEADS`).
-        losses: allowed ``loss`` values, the first is the default (:data:`mtdnn.modeling.losses.LOSSES`).
+        heads: allowed ``head.type`` values, the first is the default (each built by :meth:`build_head`).
+        losses: allowed ``loss`` values, the first is the default (each returned by :meth:`loss`).
         metrics: allowed ``metrics`` (:data:`mtdnn.modeling.metrics.METRICS`); ``default_metrics`` when none are
             given (the first one selects the best epoch).
         labelled: whether the type's examples carry gold labels (then a definition needs ``label``, and train and
@@ -103,6 +104,9 @@ class TaskKind(ABC):
             candidates, 1); per piece for types with ``soft_target_pieces`` (tags; 2, start and end).
         head_outputs: ``(task, x)``: the linear head's ``(sequences, num_outputs)`` -> the task's outputs.
         decode: ``(task, outputs)`` -> one prediction dict per example (``mtdnn.predict``).
+        distillation_loss: ``(task)`` -> the soft-target loss of a student's task of this type, ``(outputs,
+            teacher_logits, labels, weight, normalizer, temperature, alpha, student_tempered=None)`` -> a scalar
+            (:mod:`mtdnn.modeling.losses`); the types with ``soft_targets`` have it.
     """
 
     name: ClassVar[str]
@@ -129,6 +133,7 @@ class TaskKind(ABC):
     output_width: ClassVar[Callable[..., int] | None] = None
     head_outputs: ClassVar[Callable[..., Any] | None] = None
     decode: ClassVar[Callable[..., list[dict]] | None] = None
+    distillation_loss: ClassVar[Callable[..., Callable] | None] = None
 
     @abstractmethod
     def check(self, task: TaskDef) -> None:
@@ -137,6 +142,17 @@ class TaskKind(ABC):
     @abstractmethod
     def num_outputs(self, task: TaskDef) -> int:
         """Output units of the head per encoded sequence."""
+
+    @abstractmethod
+    def build_head(self, task: TaskDef, encoder):
+        """The head of ``task`` (``task.head_type``, one of :attr:`heads`) on ``encoder``, a Hugging Face
+        ``AutoModel``: an ``nn.Module`` called as ``head(hidden, attention_mask, pooled, temperature=None,
+        **head_inputs)`` (:mod:`mtdnn.modeling.heads` gives the shapes). ``task.head.pooling`` is resolved."""
+
+    @abstractmethod
+    def loss(self, task: TaskDef) -> Callable:
+        """The loss function of ``task.loss_name`` (one of :attr:`losses`): ``(outputs, labels, weight,
+        normalizer) -> scalar``, ``sum_i w_i l_i / normalizer`` (:mod:`mtdnn.modeling.losses`)."""
 
     @abstractmethod
     def tokenize(self, examples: list, task: TaskDef, tokenizer, max_length: int) -> dict[str, list]:

@@ -9,7 +9,6 @@ import pytorch_lightning as pl
 import torch
 from transformers import get_linear_schedule_with_warmup
 
-from ..modeling.losses import LOSSES
 from ..modeling.metrics import attach_split, average_score, build_metrics, compute_metrics, update_metrics
 from ..modeling.model import MultiTaskModel, load_encoder
 from ..tasks.taskdef import TaskDef
@@ -90,8 +89,7 @@ class MultiTaskModule(pl.LightningModule):
     def task_loss(self, batch: dict, outputs: torch.Tensor) -> torch.Tensor:
         """The task's loss, normalised by the real examples of the optimizer step (:meth:`normalizer`)."""
         task = self.task_defs[batch.task]
-        return task.loss_weight * LOSSES[task.loss_name](outputs, batch.labels, batch.weight,
-                                                         self.loss_normalizer(batch))
+        return task.loss_weight * task.kind.loss(task)(outputs, batch.labels, batch.weight, self.loss_normalizer(batch))
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
         """One task's batch: forward, loss, logging. No host-device synchronisation happens here: the logged

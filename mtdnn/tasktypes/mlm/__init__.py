@@ -107,6 +107,18 @@ class Mlm(TaskKind):
         """None of the linear kind: the MLM head (:class:`mtdnn.modeling.mlm.MlmHead`) is vocabulary-sized."""
         return 0
 
+    def build_head(self, task: TaskDef, encoder):
+        """The MLM head tied to the encoder's input embeddings (:func:`mtdnn.modeling.mlm.mlm_head`)."""
+        from ...modeling.mlm import mlm_head  # keeps torch out of import time
+
+        return mlm_head(task, encoder)
+
+    def loss(self, task: TaskDef):
+        """:func:`mtdnn.modeling.mlm.mlm_cross_entropy`."""
+        from ...modeling.mlm import mlm_cross_entropy  # keeps torch out of import time
+
+        return mlm_cross_entropy
+
     def tokenize(self, examples: list[Example], task: TaskDef, tokenizer, max_length: int) -> dict[str, list]:
         """See :func:`tokenize_packed`."""
         return tokenize_packed(examples, task, tokenizer, max_length)

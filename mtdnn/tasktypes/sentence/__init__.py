@@ -139,6 +139,12 @@ class SentenceType(TaskKind):
         """See :func:`tokenize_pairs`."""
         return tokenize_pairs(examples, task, tokenizer, max_length)
 
+    def build_head(self, task: TaskDef, encoder):
+        """The linear head on the pooled output (:class:`mtdnn.modeling.heads.TaskHead`)."""
+        from ...modeling.heads import linear_head  # keeps torch out of import time
+
+        return linear_head(task, encoder)
+
     def collate(self, features: list[dict[str, Any]], task: TaskDef, pad_token_id: int, pad_to_multiple_of: int = 1,
                 tokenizer=None):
         """Pad the items into a batch (:func:`.batches.collate_sentences`); the tokenizer is unused."""
@@ -205,6 +211,26 @@ class Classification(SentenceType):
 
         return decode_classes(task, outputs)
 
+    def build_head(self, task: TaskDef, encoder):
+        """The linear head on the pooled output (:class:`mtdnn.modeling.heads.TaskHead`), or SAN
+        (:class:`mtdnn.modeling.san.SanHead`)."""
+        from ...modeling.heads import linear_head  # keeps torch out of import time
+        from ...modeling.san import san_head
+
+        return san_head(task, encoder) if task.head_type == "san" else linear_head(task, encoder)
+
+    def loss(self, task: TaskDef):
+        """:func:`mtdnn.modeling.losses.cross_entropy`."""
+        from ...modeling.losses import cross_entropy  # keeps torch out of import time
+
+        return cross_entropy
+
+    def distillation_loss(self, task: TaskDef):
+        """:func:`mtdnn.modeling.losses.distillation_cross_entropy`."""
+        from ...modeling.losses import distillation_cross_entropy  # keeps torch out of import time
+
+        return distillation_cross_entropy
+
 
 class Regression(SentenceType):
     """``type: regression``: a score per single sentence or pair (STS-B)."""
@@ -244,6 +270,19 @@ class Regression(SentenceType):
     def decode(self, task: TaskDef, outputs) -> list[dict]:
         """``{"prediction": score}``."""
         return [{"prediction": float(s)} for s in outputs.tolist()]
+
+
+    def loss(self, task: TaskDef):
+        """:func:`mtdnn.modeling.losses.mse`."""
+        from ...modeling.losses import mse  # keeps torch out of import time
+
+        return mse
+
+    def distillation_loss(self, task: TaskDef):
+        """:func:`mtdnn.modeling.losses.distillation_mse`."""
+        from ...modeling.losses import distillation_mse  # keeps torch out of import time
+
+        return distillation_mse
 
 
 class Ranking(SentenceType):
@@ -301,3 +340,15 @@ class Ranking(SentenceType):
         from .outputs import decode_candidates  # keeps torch out of import time
 
         return decode_candidates(task, outputs)
+
+    def loss(self, task: TaskDef):
+        """:func:`mtdnn.modeling.losses.ranking_cross_entropy`."""
+        from ...modeling.losses import ranking_cross_entropy  # keeps torch out of import time
+
+        return ranking_cross_entropy
+
+    def distillation_loss(self, task: TaskDef):
+        """:func:`mtdnn.modeling.losses.distillation_cross_entropy` over the candidates."""
+        from ...modeling.losses import distillation_cross_entropy  # keeps torch out of import time
+
+        return distillation_cross_entropy

@@ -97,6 +97,24 @@ class SpanExtraction(TaskKind):
         """Start and end."""
         return 2
 
+    def build_head(self, task: TaskDef, encoder):
+        """Start and end logits on every piece (:func:`mtdnn.modeling.token_heads.span_head`)."""
+        from ...modeling.token_heads import span_head  # keeps torch out of import time
+
+        return span_head(task, encoder)
+
+    def loss(self, task: TaskDef):
+        """:func:`mtdnn.modeling.token_heads.span_cross_entropy`."""
+        from ...modeling.token_heads import span_cross_entropy  # keeps torch out of import time
+
+        return span_cross_entropy
+
+    def distillation_loss(self, task: TaskDef):
+        """:func:`mtdnn.modeling.token_heads.span_distillation_loss`."""
+        from ...modeling.token_heads import span_distillation_loss  # keeps torch out of import time
+
+        return span_distillation_loss
+
     def output_width(self, task: TaskDef) -> int:
         """Outputs per piece, the width of per-piece soft targets: 2, the start and end logits."""
         return 2

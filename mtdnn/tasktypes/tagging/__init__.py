@@ -81,6 +81,26 @@ class SequenceLabelling(TaskKind):
         """One logit per tag."""
         return len(task.labels)
 
+    def build_head(self, task: TaskDef, encoder):
+        """A linear layer on every piece (:func:`mtdnn.modeling.token_heads.token_head`)."""
+        from ...modeling.token_heads import token_head  # keeps torch out of import time
+
+        return token_head(task, encoder)
+
+    def loss(self, task: TaskDef):
+        """``token_cross_entropy`` (mean per sentence) or ``token_cross_entropy_per_piece``
+        (:mod:`mtdnn.modeling.token_heads`)."""
+        from ...modeling import token_heads  # keeps torch out of import time
+
+        return getattr(token_heads, task.loss_name)
+
+    def distillation_loss(self, task: TaskDef):
+        """:func:`mtdnn.modeling.token_heads.token_distillation_loss`, per sentence whichever gold loss the task
+        names."""
+        from ...modeling.token_heads import token_distillation_loss  # keeps torch out of import time
+
+        return token_distillation_loss
+
     def output_width(self, task: TaskDef) -> int:
         """Outputs per piece, the width of per-piece soft targets: one logit per tag."""
         return len(task.labels or [])
