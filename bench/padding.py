@@ -39,7 +39,7 @@ def padding_share(tasks, data_dir: Path, tokenizer, batch_size: int, multiple: i
     real = padded = 0
     shapes = set()
     for batch in datamodule.train_dataloader():
-        mask = batch["attention_mask"]
+        mask = batch.attention_mask
         real, padded = real + int(mask.sum()), padded + mask.numel()
         shapes.add(tuple(mask.shape))
     return {"batch_size": batch_size, "pad_to_multiple_of": multiple, "length_buckets": buckets,

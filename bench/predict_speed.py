@@ -47,7 +47,7 @@ def batched_input_order(model, task, split, pad_id: int, batch_size: int) -> tor
     with torch.inference_mode():
         for start in range(0, len(split), batch_size):
             batch = collate([split[i] for i in range(start, min(start + batch_size, len(split)))], task, pad_id)
-            outputs.append(model(task.name, batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids")))
+            outputs.append(model(task.name, batch.input_ids, batch.attention_mask, batch.token_type_ids))
     return torch.cat(outputs).float()
 
 

@@ -88,7 +88,7 @@ def run_mtdnn(args: argparse.Namespace) -> dict:
 
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
             clock.ends.append(time.perf_counter())
-            clock.add_batch(batch["attention_mask"])
+            clock.add_batch(batch.attention_mask)
 
     trainer = pl.Trainer(max_epochs=1, accelerator="cpu", devices=1, precision="32-true", gradient_clip_val=1.0,
                          limit_val_batches=0, num_sanity_val_steps=0, logger=False, enable_checkpointing=False,
@@ -137,7 +137,7 @@ class CountingCollator:
 
     def __call__(self, features):
         batch = self.inner(features)
-        self.clock.add_batch(batch["attention_mask"])
+        self.clock.add_batch(batch.attention_mask)
         return batch
 
 

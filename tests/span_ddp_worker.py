@@ -21,7 +21,7 @@ def main(rank: int, world: int, init_file: str, encoder: str, out: str, count: i
     metric = SpanScores(("exact_match", "squad_f1"), n_best=5, max_answer_length=10).attach(split)
     for w in list(range(count))[rank::world]:  # with count < world, some ranks see no window at all
         batch = collate_spans([split[w]], "squad", tokenizer.pad_token_id)
-        metric.update(oracle_logits(batch), batch["labels"], batch["weight"])
+        metric.update(oracle_logits(batch), batch.labels, batch.weight)
     scores = {key: float(v) for key, v in metric.compute().items()}
     answers = {q: p.text for q, p in metric.decoded.items()}
     with open(out, "w", encoding="utf-8") as f:

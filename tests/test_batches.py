@@ -113,20 +113,19 @@ def test_left_padding_and_buckets_keep_the_batch_class(tasks, tokenizer):
     assert padded.head_inputs["sequence_ids"].shape[1] == 64
 
 
-def test_the_collator_counts_examples_and_the_mapping_view_reads_fields(tasks, tokenizer):
+def test_the_collator_counts_examples_and_a_batch_is_read_by_field(tasks, tokenizer):
     task = tasks["score"]
     split = tokenize_examples(_examples("score"), task, tokenizer)
     items = [split[(0, 1.0)], split[(1, 0.0)]]
     items[0]["global_examples"] = items[1]["global_examples"] = 5
     batch = TaskCollator([task], tokenizer.pad_token_id)(items)
     assert batch.examples == 1 and batch.global_examples == 5 and batch.weight.tolist() == [1.0, 0.0]
-    # the view for code that still reads a batch as a dict: a field that is None is an absent key
-    assert batch["task"] == "score" and batch["examples"] == 1 and "labels" in batch
-    assert "teacher_logits" not in batch and batch.get("teacher_logits") is None and batch.get("head_inputs", {}) == {}
-    with pytest.raises(KeyError):
-        batch["teacher_logits"]
-    with pytest.raises(KeyError):
-        batch["no_such_field"]
+    assert batch.task == "score" and batch.teacher_logits is None and batch.head_kwargs == {}
+    # not a mapping (the dict batches of before): a misspelt or dict-style read fails
+    with pytest.raises(TypeError):
+        batch["labels"]
+    with pytest.raises(AttributeError):
+        batch.no_such_field
 
 
 def test_each_type_builds_its_head_and_its_loss_trains_it(tasks, tokenizer, tiny_encoder):

@@ -142,9 +142,9 @@ def test_collate_pads_dynamically_and_masks(tokenizer, tmp_path):
     t = task()
     split = tokenized_split(t, "train", tmp_path, tokenizer)
     batch = collate([split[0], split[1]], t, tokenizer.pad_token_id, pad_to_multiple_of=8)
-    assert batch["input_ids"].shape == (2, 8)
-    assert batch["attention_mask"].sum(1).tolist() == split.lengths
-    assert batch["labels"].tolist() == [0, 1] and batch["task"] == "t"
+    assert batch.input_ids.shape == (2, 8)
+    assert batch.attention_mask.sum(1).tolist() == split.lengths
+    assert batch.labels.tolist() == [0, 1] and batch.task == "t"
 
 
 def test_ranking_tokenizes_each_candidate(tokenizer, tmp_path):
@@ -154,7 +154,7 @@ def test_ranking_tokenizes_each_candidate(tokenizer, tmp_path):
     split = tokenized_split(t, "train", tmp_path, tokenizer)
     assert len(split.input_ids[0]) == 2 and split.labels == [1]
     batch = collate([split[0]], t, tokenizer.pad_token_id)
-    assert batch["input_ids"].shape[0] == 2 and batch["labels"].tolist() == [1]
+    assert batch.input_ids.shape[0] == 2 and batch.labels.tolist() == [1]
 
 
 def test_cache_is_reused_and_invalidated_by_edits(tmp_path, tokenizer, monkeypatch):

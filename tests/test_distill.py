@@ -105,10 +105,10 @@ def test_student_batches_carry_the_soft_targets_of_their_rows(data_dir, tokenize
     dm.setup("fit")
     seen = 0
     for batch in dm.train_dataloader():
-        if batch["task"] == "rte":
-            expected = [float(ids[i]) for i in batch["idx"].tolist()]
-            assert batch["teacher_logits"].shape == (len(expected), 1, 2)
-            assert batch["teacher_logits"][:, 0, 0].tolist() == expected
+        if batch.task == "rte":
+            expected = [float(ids[i]) for i in batch.idx.tolist()]
+            assert batch.teacher_logits.shape == (len(expected), 1, 2)
+            assert batch.teacher_logits[:, 0, 0].tolist() == expected
             seen += len(expected)
         else:
             assert "teacher_logits" not in batch
@@ -275,7 +275,7 @@ def test_cached_outputs_are_the_members_logits_by_example_id(world):
     for row in (0, 17, 95):  # one example at a time: no padding, no batch order
         batch = collate([split[row]], tasks["rte"], tokenizer.pad_token_id)
         with torch.no_grad():
-            logits = model("rte", batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+            logits = model("rte", batch.input_ids, batch.attention_mask, batch.token_type_ids)
         assert np.allclose(outputs[ids.index(split.ids[row])], logits[0].numpy(), atol=1e-5)
     _, stsb, _ = soft_targets.read_outputs(world["teachers"] / "stsb" / "logits" / "member-2-dev")
     assert stsb.shape == (SLICES["glue/STS-B/dev.tsv"], 1)

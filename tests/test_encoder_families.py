@@ -149,17 +149,17 @@ def test_segment_ids_padding_side_and_summary_token(encoders, family):
     split = tokenize_examples(examples, tasks["pair"], tokenizer)
     batch = collate([split[0], split[1]], tasks["pair"], tokenizer.pad_token_id, padding_side=split.padding_side)
     short = len(split.input_ids[0])
-    assert short < len(split.input_ids[1]) == batch["input_ids"].shape[1]
-    pads = batch["attention_mask"][0] == 0
+    assert short < len(split.input_ids[1]) == batch.input_ids.shape[1]
+    pads = batch.attention_mask[0] == 0
     if family == "xlnet":  # left padding; <cls> is the last token of every row, segment ids A=0, B=1, <cls>=2
         assert split.padding_side == "left" and pads[: pads.sum()].all()
-        assert (batch["input_ids"][:, -1] == tokenizer.cls_token_id).all()
-        assert batch["token_type_ids"][0, -short:].unique().tolist() == [0, 1, 2]
+        assert (batch.input_ids[:, -1] == tokenizer.cls_token_id).all()
+        assert batch.token_type_ids[0, -short:].unique().tolist() == [0, 1, 2]
     else:
         assert split.padding_side == "right" and pads[short:].all() and not pads[:short].any()
-        assert (batch["input_ids"][:, 0] == (tokenizer.cls_token_id or tokenizer.bos_token_id)).all()
+        assert (batch.input_ids[:, 0] == (tokenizer.cls_token_id or tokenizer.bos_token_id)).all()
     if family in SEGMENT_IDS - {"xlnet"}:  # pair segments: A then B
-        assert batch["token_type_ids"][0, :short].unique().tolist() == [0, 1]
+        assert batch.token_type_ids[0, :short].unique().tolist() == [0, 1]
     # padding never changes a prediction: each row alone equals the row in the padded batch
     torch.manual_seed(0)
     model = MultiTaskModel(load_encoder(encoders[family]), tasks).eval()

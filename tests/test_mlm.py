@@ -126,17 +126,17 @@ def test_collate_masks_labels_and_span_boundaries(text_dir, tokenizer):
     split = tokenized_split(task, "train", text_dir, tokenizer)
     items = [split[i] for i in range(len(split))]
     batch = collate(items, task, tokenizer.pad_token_id, tokenizer=tokenizer)
-    labels, positions = batch["labels"], batch["head_inputs"]["mlm_positions"]
+    labels, positions = batch.labels, batch.head_inputs["mlm_positions"]
     assert torch.equal(positions, labels != IGNORE) and positions.any()
     original = [torch.tensor(s) for s in split.input_ids]
     for row, ids in enumerate(original):
         assert torch.equal(labels[row, :len(ids)][positions[row, :len(ids)]], ids[positions[row, :len(ids)]])
-    bounds, offsets = batch["head_inputs"]["span_boundaries"], batch["head_inputs"]["span_offsets"]
+    bounds, offsets = batch.head_inputs["span_boundaries"], batch.head_inputs["span_offsets"]
     cols = positions.nonzero()[:, 1]
     assert len(bounds) == len(cols) and ((bounds[:, 0] < cols) & (cols < bounds[:, 1])).all()
     assert torch.equal(cols - bounds[:, 0] - 1, offsets)
     again = collate(items, task, tokenizer.pad_token_id, tokenizer=tokenizer)  # dev: no epoch, fixed by seed
-    assert torch.equal(again["input_ids"], batch["input_ids"])
+    assert torch.equal(again.input_ids, batch.input_ids)
     with pytest.raises(ConfigError, match="needs the tokenizer"):
         collate(items, task, tokenizer.pad_token_id)
 
@@ -153,12 +153,12 @@ def test_head_is_tied_to_the_input_embeddings_and_sbo_adds_a_loss(text_dir, toke
     model = MultiTaskModel(load_encoder(tiny_encoder), {"m": task})
     embeddings = model.encoder.get_input_embeddings().weight
     assert not any(p.shape == embeddings.shape for p in model.heads["m"].parameters())  # no copy of E
-    out = model("m", batch["input_ids"], batch["attention_mask"], None, batch["head_inputs"])
-    m = int(batch["head_inputs"]["mlm_positions"].sum())
+    out = model("m", batch.input_ids, batch.attention_mask, None, batch.head_inputs)
+    m = int(batch.head_inputs["mlm_positions"].sum())
     assert out.shape == (m, 2, embeddings.shape[0])
-    loss = task.kind.loss(task)(out, batch["labels"], batch["weight"], float(len(split)))  # mlm_cross_entropy
-    targets = batch["labels"][batch["labels"] != IGNORE]
-    rows = batch["head_inputs"]["mlm_positions"].nonzero()[:, 0]
+    loss = task.kind.loss(task)(out, batch.labels, batch.weight, float(len(split)))  # mlm_cross_entropy
+    targets = batch.labels[batch.labels != IGNORE]
+    rows = batch.head_inputs["mlm_positions"].nonzero()[:, 0]
     per_token = F.cross_entropy(out[:, 0], targets, reduction="none") + F.cross_entropy(out[:, 1], targets,
                                                                                         reduction="none")
     expected = torch.stack([per_token[rows == r].mean() if (rows == r).any() else torch.tensor(0.0)
@@ -247,7 +247,7 @@ def test_length_buckets_pad_token_aligned_head_inputs_and_labels(text_dir, token
     task = mlm_task("span", sbo=True, max_length=40)
     split = tokenized_split(task, "train", text_dir, tokenizer)
     batch = collate([split[i] for i in range(len(split))], task, tokenizer.pad_token_id, tokenizer=tokenizer)
-    before = batch["head_inputs"]["mlm_positions"].clone()
+    before = batch.head_inputs["mlm_positions"].clone()
     padded = pad_to_bucket(batch, [64], tokenizer.pad_token_id)
     assert padded["input_ids"].shape[1] == 64 and padded["labels"].shape == (len(split), 64)
     positions = padded["head_inputs"]["mlm_positions"]

@@ -134,8 +134,8 @@ def test_sequence_ids_are_tokenized_and_cached_without_token_type_ids(tmp_path, 
     again = tokenized_split(task, "train", tmp_path, no_types)  # from the cache
     assert again.features["sequence_ids"] == split.features["sequence_ids"]
     batch = collate([split[0], split[1]], task, tokenizer.pad_token_id)
-    assert batch["head_inputs"]["sequence_ids"].shape == batch["input_ids"].shape
-    assert (batch["head_inputs"]["sequence_ids"][batch["attention_mask"] == 0] == -1).all()
+    assert batch.head_inputs["sequence_ids"].shape == batch.input_ids.shape
+    assert (batch.head_inputs["sequence_ids"][batch.attention_mask == 0] == -1).all()
 
 
 def test_san_model_trains_a_step(tmp_path, tiny_encoder, tokenizer):
@@ -149,8 +149,8 @@ def test_san_model_trains_a_step(tmp_path, tiny_encoder, tokenizer):
     split = tokenized_split(task, "train", tmp_path, tokenizer)
     batch = collate([split[0], split[1]], task, tokenizer.pad_token_id)
     model = MultiTaskModel(load_encoder(tiny_encoder), {"t": task})
-    out = model("t", batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"), batch["head_inputs"])
-    loss = cross_entropy(out, batch["labels"], batch["weight"], 2.0)
+    out = model("t", batch.input_ids, batch.attention_mask, batch.token_type_ids, batch.head_inputs)
+    loss = cross_entropy(out, batch.labels, batch.weight, 2.0)
     loss.backward()
     assert math.isfinite(loss.item()) and model.heads["t"].gru.weight_hh.grad.abs().sum() > 0
 

@@ -75,7 +75,7 @@ def test_compiled_encoder_with_buckets_keeps_a_bounded_set_of_graphs(data_dir, t
 
     class Record(pl.Callback):
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-            shapes.add(tuple(batch["input_ids"].shape))
+            shapes.add(tuple(batch.input_ids.shape))
 
         def on_train_epoch_end(self, trainer, pl_module):
             graphs_after_epoch.append(counters["stats"]["unique_graphs"])
@@ -120,7 +120,7 @@ def test_compiled_encoder_without_buckets_compiles_once_per_grad_mode(data_dir, 
 
     class Record(pl.Callback):
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-            shapes.add(tuple(batch["input_ids"].shape))
+            shapes.add(tuple(batch.input_ids.shape))
 
     try:
         compile_encoder(module.model.encoder, "eager")

@@ -74,10 +74,10 @@ def test_a_new_type_is_one_entry(monkeypatch, tmp_path, tiny_encoder, tokenizer)
     batch = collate([split[i] for i in range(3)], task, tokenizer.pad_token_id)
     model = MultiTaskModel(load_encoder(tiny_encoder), {"t": task}).eval()
     with torch.no_grad():
-        logits = model("t", batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))
+        logits = model("t", batch.input_ids, batch.attention_mask, batch.token_type_ids)
     assert logits.shape == (3, 3)
     metrics = build_metrics(task)
-    update_metrics(metrics, task.type, logits, batch["labels"], batch["weight"])
+    update_metrics(metrics, task.type, logits, batch.labels, batch.weight)
     assert 0.0 <= compute_metrics(metrics)["accuracy"] <= 1.0
     rows = decode(task, logits)
     assert len(rows) == 3 and all(len(r["prediction"].split("|")) == 2 for r in rows)

@@ -219,7 +219,7 @@ def _alone(model, task, split, tokenizer, row):
 
     batch = collate([split[row]], task, tokenizer.pad_token_id)
     with torch.no_grad():
-        return model(task.name, batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids"))[0].numpy()
+        return model(task.name, batch.input_ids, batch.attention_mask, batch.token_type_ids)[0].numpy()
 
 
 def test_tagging_soft_targets_are_each_sentences_piece_logits_with_the_label_mask(world):
@@ -307,15 +307,15 @@ def test_student_batches_carry_per_piece_soft_targets_of_their_rows(world):
     dm.setup("fit")
     seen = set()
     for batch in dm.train_dataloader():
-        if batch["task"] == "rte":
+        if batch.task == "rte":
             assert "teacher_logits" not in batch
             continue
-        seen.add(batch["task"])
-        z, real = batch["teacher_logits"], batch["attention_mask"].bool()
-        width = 9 if batch["task"] == "conll2003" else 2
-        assert z.shape == (*batch["input_ids"].shape[:1], 2, batch["input_ids"].shape[1], width)
-        ids, rows = targets[batch["task"]]
-        for r, i in enumerate(batch["idx"].tolist()):
+        seen.add(batch.task)
+        z, real = batch.teacher_logits, batch.attention_mask.bool()
+        width = 9 if batch.task == "conll2003" else 2
+        assert z.shape == (*batch.input_ids.shape[:1], 2, batch.input_ids.shape[1], width)
+        ids, rows = targets[batch.task]
+        for r, i in enumerate(batch.idx.tolist()):
             assert torch.equal(z[r][:, real[r]], torch.from_numpy(rows[i]))
             assert (z[r][:, ~real[r]] == MASKED).all()
     assert seen == {"conll2003", "squad"}

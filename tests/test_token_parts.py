@@ -521,15 +521,15 @@ def test_tagging_batch_and_scores_from_logits(tokenizer):
 
     split = tagging_split(tokenizer)
     batch = collate_tagging([split[0], split[1]], "ner", tokenizer.pad_token_id)
-    assert batch["labels"].shape == batch["input_ids"].shape
-    assert batch["labels"][1].tolist()[:4] == [IGNORE, 0, 3, IGNORE]
+    assert batch.labels.shape == batch.input_ids.shape
+    assert batch.labels[1].tolist()[:4] == [IGNORE, 0, 3, IGNORE]
     # logits that predict the gold piece labels, except that "Brussels" is tagged I-LOC (ill-formed O I-LOC)
-    logits = torch.zeros(*batch["labels"].shape, 5)
-    for (row, col), label in zip((batch["labels"] != IGNORE).nonzero().tolist(),
-                                 batch["labels"][batch["labels"] != IGNORE].tolist()):
+    logits = torch.zeros(*batch.labels.shape, 5)
+    for (row, col), label in zip((batch.labels != IGNORE).nonzero().tolist(),
+                                 batch.labels[batch.labels != IGNORE].tolist()):
         logits[row, col, 4 if label == 3 else label] = 5.0
     logits[0, 3, 0] = 9.0  # a second piece ("##ish") predicts O: not scored
-    predicted, gold = first_piece_tags(logits, batch["labels"], batch["weight"])
+    predicted, gold = first_piece_tags(logits, batch.labels, batch.weight)
     assert gold == [[1, 2, 0], [0, 3]] and predicted == [[1, 2, 0], [0, 4]]
     expected = seqeval_scores([["B-PER", "I-PER", "O"], ["O", "B-LOC"]], [["B-PER", "I-PER", "O"], ["O", "I-LOC"]])
     for key, name in TaggingScores.KEYS.items():
@@ -538,7 +538,7 @@ def test_tagging_batch_and_scores_from_logits(tokenizer):
         assert float(metric.compute()) == pytest.approx(expected[name])
     assert expected["f1"] == 1.0 and expected["accuracy"] == 0.8  # conlleval reads O I-LOC as a LOC entity
     # a weight-0 row (DDP padding copy) is left out
-    assert first_piece_tags(logits, batch["labels"], torch.tensor([1.0, 0.0]))[1] == [[1, 2, 0]]
+    assert first_piece_tags(logits, batch.labels, torch.tensor([1.0, 0.0]))[1] == [[1, 2, 0]]
 
 
 def qa_split(tokenizer, max_length=40, doc_stride=12):
@@ -552,8 +552,8 @@ def qa_split(tokenizer, max_length=40, doc_stride=12):
 
 
 def oracle_logits(batch):
-    logits = torch.zeros(*batch["input_ids"].shape, 2).masked_fill(batch["attention_mask"].unsqueeze(-1) == 0, -1e4)
-    for row, (s, e, _) in enumerate(batch["labels"].tolist()):
+    logits = torch.zeros(*batch.input_ids.shape, 2).masked_fill(batch.attention_mask.unsqueeze(-1) == 0, -1e4)
+    for row, (s, e, _) in enumerate(batch.labels.tolist()):
         if s:
             logits[row, s, 0] = logits[row, e, 1] = 8.0
     return logits
@@ -568,8 +568,8 @@ def test_span_scores_over_windows_in_separate_batches(tokenizer):
     metric = SpanScores(("exact_match",), n_best=5, max_answer_length=10).attach(split)
     for w in range(len(split)):  # one window per batch
         batch = collate_spans([split[w]], "squad", tokenizer.pad_token_id)
-        assert batch["labels"][0, 2] == w
-        metric.update(oracle_logits(batch), batch["labels"], batch["weight"])
+        assert batch.labels[0, 2] == w
+        metric.update(oracle_logits(batch), batch.labels, batch.weight)
     predictions = metric.predictions()
     assert predictions["a"].text == "w40 w41" and predictions["b"].text == "context"
     assert float(metric.compute()["exact_match"]) == 1.0 and metric.decoded["a"].text == "w40 w41"
@@ -591,7 +591,7 @@ def test_span_scores_gather_every_window_across_more_ranks_than_windows(tmp_path
     single = SpanScores(("exact_match", "squad_f1"), n_best=5, max_answer_length=10).attach(split)
     for w in range(count):
         batch = collate_spans([split[w]], "squad", tokenizer.pad_token_id)
-        single.update(oracle_logits(batch), batch["labels"], batch["weight"])
+        single.update(oracle_logits(batch), batch.labels, batch.weight)
     expected = {key: float(v) for key, v in single.compute().items()}
     worker = Path(__file__).with_name("span_ddp_worker.py")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).parents[1])}

@@ -71,7 +71,7 @@ def test_export_round_trip_matches_the_best_checkpoint(two_task_run, data_dir):
     split = tokenized_split(tasks["rte"], "dev", data_dir, tokenizer)
     batch = collate([split[i] for i in range(8)], tasks["rte"], tokenizer.pad_token_id)
     with torch.no_grad():
-        exported = model("rte", batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+        exported = model("rte", batch.input_ids, batch.attention_mask, batch.token_type_ids)
         original = module(batch)
     assert torch.allclose(exported, original, atol=1e-6)
     encoder = AutoModel.from_pretrained(two_task_run / "export" / "encoder")
@@ -117,7 +117,7 @@ def test_epochs_are_reshuffled_inside_a_lightning_fit(data_dir, tiny_encoder, to
 
     class Record(pl.Callback):
         def on_train_batch_start(self, trainer, module, batch, batch_idx):
-            seen.setdefault(trainer.current_epoch, []).append((batch["task"], batch["idx"].tolist()))
+            seen.setdefault(trainer.current_epoch, []).append((batch.task, batch.idx.tolist()))
 
     datamodule = MultiTaskDataModule(tasks, data_dir, tokenizer, batch_size=8, limit_train_examples=24, seed=3)
     module = MultiTaskModule(tiny_encoder, {n: t.to_plain() for n, t in tasks.items()})

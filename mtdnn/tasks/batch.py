@@ -7,18 +7,15 @@ subclass in its package that documents its own shapes (``labels``, ``head_inputs
 
 A batch is a plain (non-frozen) dataclass of tensors, Python ints, a string and a dict of tensors: it pickles
 through DataLoader workers, Lightning's ``move_data_to_device`` moves it to a device field by field, and
-:meth:`Batch.pin_memory` pins it for a loader with ``pin_memory=True``. No torch is imported here.
-
-For code not yet reading fields (written against the dict batches of before), a batch also answers the mapping
-operations ``batch["labels"]``, ``"labels" in batch`` and ``batch.get("token_type_ids")`` (reading only), where a field that is
-None counts as absent, as a key missing from the dict did.
+:meth:`Batch.pin_memory` pins it for a loader with ``pin_memory=True``. No torch is imported here. Code reads
+fields (``batch.labels``); a batch is not a mapping, so a misspelt field fails as an AttributeError.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -71,27 +68,3 @@ class Batch:
                 return {k: pin(v) for k, v in value.items()}
             return value
         return dataclasses.replace(self, **{f.name: pin(getattr(self, f.name)) for f in dataclasses.fields(self)})
-
-    # ------------------------------------------------------------------ the mapping view (see the module docstring)
-
-    def _field(self, key: str) -> str:
-        if key not in _FIELDS:
-            raise KeyError(key)
-        return key
-
-    def __getitem__(self, key: str) -> Any:
-        value = getattr(self, self._field(key))
-        if value is None:
-            raise KeyError(key)
-        return value
-
-    def __contains__(self, key: object) -> bool:
-        return key in _FIELDS and getattr(self, key) is not None
-
-    def get(self, key: str, default: Any = None) -> Any:
-        """``batch[key]``, or ``default`` for a field that is None."""
-        value = getattr(self, key, None) if key in _FIELDS else None
-        return default if value is None else value
-
-
-_FIELDS = tuple(f.name for f in dataclasses.fields(Batch))
