@@ -23,12 +23,12 @@ metrics = attach_split(build_metrics(task), split)
 batches = []
 for s in range(0, len(split), 64):
     batch = collate_spans([split[i] for i in range(s, min(s + 64, len(split)))], 'squad', tok.pad_token_id)
-    logits = torch.randn(*batch['input_ids'].shape, 2, generator=g).masked_fill(batch['attention_mask'].unsqueeze(-1) == 0, -1e4)
-    for r, (a, b, _) in enumerate(batch['labels'].tolist()):
+    logits = torch.randn(*batch.input_ids.shape, 2, generator=g).masked_fill(batch.attention_mask.unsqueeze(-1) == 0, -1e4)
+    for r, (a, b, _) in enumerate(batch.labels.tolist()):
         if a: logits[r, a, 0] += 10; logits[r, b, 1] += 10
     batches.append((logits, batch))
 t = time.time()
 for logits, batch in batches:
-    update_metrics(metrics, task.type, logits, batch['labels'], batch['weight'])
+    update_metrics(metrics, task.type, logits, batch.labels, batch.weight)
 scores = compute_metrics(metrics)
 print(f"decode + EM/F1 of every question (both metrics, each decodes all windows) s {time.time()-t:.2f}", scores)

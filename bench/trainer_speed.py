@@ -161,7 +161,7 @@ def bert_case(args, batch_size: int, encoder_dir: str, budget: Budget) -> dict:
     batches = list(datamodule.train_dataloader())  # the epoch-0 plan, which the Lightning epoch also trains on
     if args.max_steps:
         batches = batches[:args.max_steps]
-    lengths = [b["attention_mask"].sum(1).tolist() for b in batches]
+    lengths = [b.attention_mask.sum(1).tolist() for b in batches]
     pl.seed_everything(42, verbose=False)
     module = MultiTaskModule(encoder_dir, {n: t.to_plain() for n, t in tasks.items()}, dev_tasks=[])
     config = module.model.encoder.config
@@ -175,8 +175,8 @@ def bert_case(args, batch_size: int, encoder_dir: str, budget: Budget) -> dict:
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, cache_enabled=False,
                               enabled=args.precision == "bf16-mixed")
     result = {"batch_size": batch_size, "steps": len(batches), "non_embedding_parameters": n_params,
-              "padding_share": 1 - sum(map(sum, lengths)) / sum(b["attention_mask"].numel() for b in batches),
-              "distinct_shapes": len({tuple(b["input_ids"].shape) for b in batches})}
+              "padding_share": 1 - sum(map(sum, lengths)) / sum(b.attention_mask.numel() for b in batches),
+              "distinct_shapes": len({tuple(b.input_ids.shape) for b in batches})}
 
     def tensors(batch, change):
         """The batch (a :class:`~mtdnn.tasks.batch.Batch`) with ``change`` applied to its top-level tensors."""
@@ -195,7 +195,7 @@ def bert_case(args, batch_size: int, encoder_dir: str, budget: Budget) -> dict:
     if args.compile != "none":
         seen = {}
         for b in pinned:
-            seen.setdefault((b["task"], tuple(b["input_ids"].shape)), b)
+            seen.setdefault((b.task, tuple(b.input_ids.shape)), b)
         for b in seen.values():
             for _ in range(3 if args.cuda_graphs else 1):
                 moved = to_device(b)

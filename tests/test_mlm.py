@@ -249,8 +249,8 @@ def test_length_buckets_pad_token_aligned_head_inputs_and_labels(text_dir, token
     batch = collate([split[i] for i in range(len(split))], task, tokenizer.pad_token_id, tokenizer=tokenizer)
     before = batch.head_inputs["mlm_positions"].clone()
     padded = pad_to_bucket(batch, [64], tokenizer.pad_token_id)
-    assert padded["input_ids"].shape[1] == 64 and padded["labels"].shape == (len(split), 64)
-    positions = padded["head_inputs"]["mlm_positions"]
+    assert padded.input_ids.shape[1] == 64 and padded.labels.shape == (len(split), 64)
+    positions = padded.head_inputs["mlm_positions"]
     assert positions.shape == (len(split), 64) and torch.equal(positions[:, :before.shape[1]], before)
-    assert not positions[:, before.shape[1]:].any() and (padded["labels"][:, before.shape[1]:] == IGNORE).all()
-    assert torch.equal(positions, padded["labels"] != IGNORE)
+    assert not positions[:, before.shape[1]:].any() and (padded.labels[:, before.shape[1]:] == IGNORE).all()
+    assert torch.equal(positions, padded.labels != IGNORE)

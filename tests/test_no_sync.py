@@ -81,7 +81,7 @@ def test_the_raisers_do_fire(monkeypatch, tiny_encoder):
     from mtdnn.training.module import MultiTaskModule
 
     original = MultiTaskModule.task_loss
-    monkeypatch.setattr(MultiTaskModule, "task_loss", lambda self, b, o: original(self, b, o) * b["weight"].sum().item())
+    monkeypatch.setattr(MultiTaskModule, "task_loss", lambda self, b, o: original(self, b, o) * b.weight.sum().item())
     calls = []
     forbid_sync(monkeypatch, calls)
     module, loader = tiny_module_and_batches(tiny_encoder, steps=1)
@@ -128,7 +128,7 @@ def test_global_example_count_comes_from_the_schedule(data_dir, tokenizer):
     per_rank = []
     for rank in range(3):
         datamodule.train_sampler.rank, datamodule.train_sampler.world_size = rank, 3
-        per_rank.append([(b["global_examples"], b["examples"], int(b["weight"].sum()))
+        per_rank.append([(b.global_examples, b.examples, int(b.weight.sum()))
                          for b in datamodule.train_dataloader()])
     for step in zip(*per_rank):  # batches of 8, 8, 4 rows
         assert len({g for g, _, _ in step}) == 1

@@ -189,7 +189,7 @@ def test_length_buckets_pad_sequence_ids(tmp_path, tokenizer):
     task = san_task()
     split = tokenized_split(task, "train", tmp_path, tokenizer)
     padded = pad_to_bucket(collate([split[0]], task, tokenizer.pad_token_id), [32], tokenizer.pad_token_id)
-    ids = padded["head_inputs"]["sequence_ids"]
-    assert ids.shape == padded["input_ids"].shape == (1, 32)
+    ids = padded.head_inputs["sequence_ids"]
+    assert ids.shape == padded.input_ids.shape == (1, 32)
     assert ids[0, :len(split.input_ids[0])].tolist() == split.features["sequence_ids"][0]
     assert (ids[0, len(split.input_ids[0]):] == -1).all()

@@ -21,8 +21,8 @@ def test_bucket_padding_changes_no_output(data_dir, tiny_encoder, tokenizer):
     rows = [tokenized_split(task, "dev", data_dir, tokenizer)[i] for i in range(6)]
     plain = TaskCollator([task], tokenizer.pad_token_id)(rows)
     bucketed = TaskCollator([task], tokenizer.pad_token_id, length_buckets=[16, 96, 128])(rows)
-    assert plain["input_ids"].shape[1] < 96 and bucketed["input_ids"].shape[1] == 96
-    assert bucketed["examples"] == 6 and bucketed["attention_mask"].sum() == plain["attention_mask"].sum()
+    assert plain.input_ids.shape[1] < 96 and bucketed.input_ids.shape[1] == 96
+    assert bucketed.examples == 6 and bucketed.attention_mask.sum() == plain.attention_mask.sum()
     module = MultiTaskModule(tiny_encoder, {"mrpc": task.to_plain()}).eval()
     with torch.no_grad():
         torch.testing.assert_close(module(bucketed), module(plain), atol=1e-5, rtol=1e-5)

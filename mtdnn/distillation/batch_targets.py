@@ -47,7 +47,7 @@ class PieceBatchTargets:
         for r, i in enumerate(batch.idx.tolist()):
             row = self.rows[i]
             if row.shape[1] != int(real[r].sum()):
-                raise RuntimeError(f"row {i} of task '{batch['task']}' has {int(real[r].sum())} pieces, its cached "
+                raise RuntimeError(f"row {i} of task '{batch.task}' has {int(real[r].sum())} pieces, its cached "
                                    f"teacher outputs {row.shape[1]}")
             out[r][:, real[r]] = row
         return out
