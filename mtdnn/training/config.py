@@ -93,6 +93,10 @@ class TrainConfig(BaseModel):
     loggers: list[Literal["csv", "tensorboard", "wandb", "mlflow"]] | None = setting(
         None, "comma-separated loggers, from csv, tensorboard, wandb, mlflow; W&B runs offline and MLflow writes local "
               "files, both under the run's logs/ (default: csv, and tensorboard when installed)", cli_type="loggers")
+    progress_every_n_steps: int = setting(
+        50, "when standard error is not a terminal (a log file), print a progress line every N optimizer steps (step, "
+            "per-task training loss, learning rate, examples/s, time left) and a line per dev evaluation; 0: none",
+        metavar="N", ge=0)
     # optimisation
     max_epochs: int = setting(3, "training epochs", group=OPTIMISATION, gt=0)
     max_steps: int | None = setting(None, "stop after N optimizer steps (default: none)", group=OPTIMISATION,

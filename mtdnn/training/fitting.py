@@ -19,6 +19,7 @@ from .callbacks import EvaluateAtMaxSteps, NonFiniteGuard, ResumeRNG, TrainingDi
 from .export import export_model
 from .flags import planned_steps, trainer_strategy
 from .logs import PrintRunSummary, build_loggers
+from .progress import TrainingProgress, progress_bar
 from .plans import Plan, Result
 from .resume import check_world_size
 from .rng import RANK_RNG_FILE
@@ -55,8 +56,14 @@ def build_trainer(plan: Plan, callbacks: list, resume_step: int | None = None):
     else:
         kwargs.update(logger=False, enable_checkpointing=False, limit_val_batches=0, num_sanity_val_steps=0,
                       default_root_dir=plan.root_dir)
-    if not plan.outputs.progress:
-        kwargs.update(enable_progress_bar=False, enable_model_summary=False)
+    # no model-summary table (its FLOPs column reads 0 for a model Lightning cannot trace); a progress bar on a
+    # terminal, without v_num; plain lines instead where the output is a file (TrainingProgress)
+    kwargs.update(enable_model_summary=False)
+    plain = any(isinstance(c, TrainingProgress) and c.prints() for c in callbacks)
+    if not plan.outputs.progress or plain:
+        kwargs.update(enable_progress_bar=False)
+    else:
+        callbacks = [*callbacks, progress_bar()]
     return pl.Trainer(max_epochs=config.max_epochs, max_steps=config.max_steps or -1,
                       accumulate_grad_batches=config.accumulate_grad_batches, accelerator=config.accelerator,
                       devices=config.devices, num_nodes=config.num_nodes, strategy=trainer_strategy(config.strategy),
@@ -88,6 +95,7 @@ def fit_plan(plan: Plan, extra_callbacks: list) -> Result:
                            enable_version_counter=False)
     callbacks = [NonFiniteGuard(), ResumeRNG(), checkpoint, last,
                  SaveLastCheckpoint(last_path, config.checkpoint_every_n_steps), PrintRunSummary(),
+                 TrainingProgress(config.progress_every_n_steps if plan.outputs.progress else 0),
                  EvaluateAtMaxSteps(), *extra_callbacks]
     early_stopping = None
     if config.early_stopping_patience:

@@ -97,8 +97,8 @@ class MultiTaskModule(pl.LightningModule):
         :class:`~mtdnn.training.callbacks.NonFiniteGuard`, which reads it without synchronising)."""
         loss = self.task_loss(batch, self(batch))
         size = len(batch.weight) if batch.examples is None else batch.examples
-        self.log("train/loss", loss, on_step=True, on_epoch=True, batch_size=size)
-        self.log(f"train/{batch.task}_loss", loss, on_step=False, on_epoch=True, batch_size=size)
+        # the epoch's mean per task; per logging step, TrainingProgress logs each task's mean since the last one
+        self.log(f"train/{batch.task}_loss_epoch", loss, on_step=False, on_epoch=True, batch_size=size)
         self.step_log.append((self.current_epoch, batch.task))
         return loss
 

@@ -37,6 +37,7 @@ from .export import resolve_export
 from .fitting import fit_plan
 from .flags import check_eval_interval, check_loggers, check_trainer_flags
 from .module import MultiTaskModule
+from .progress import quietly
 from .plans import FINE_TUNE_ONLY, TRAINING_RUN, Outputs, Plan, Result  # noqa: F401 - FINE_TUNE_ONLY: for callers
 from .resolve import config_is_global_zero, copy_matching_heads, datamodule_for, log_pooling, resolve_config
 from .resume import check_resumable
@@ -98,6 +99,7 @@ def check_unfinished(run_dir: Path, overwrite: bool, resume: bool, flag: str = "
                           "another directory")
 
 
+@quietly
 def plan(config: TrainConfig, *, overwrite: bool = False, resume: bool = False, command: str = "train",
          tasks: dict[str, TaskDef] | None = None, encoder: str | None = None, source_encoder: str | None = None,
          encoder_model=None, tokenizer=None, heads_from: Path | None = None,
@@ -106,7 +108,9 @@ def plan(config: TrainConfig, *, overwrite: bool = False, resume: bool = False, 
          prepare: Callable[[Plan], None] | None = None, report: Callable[[dict, Path], Any] | None = None,
          check_data_files: bool = True, root_dir: Path | None = None,
          output_flag: str = "--output-dir") -> Plan:
-    """Check a training run and build its parts; create nothing.
+    """Check a training run and build its parts; create nothing. Meanwhile (and while :func:`execute` runs)
+    Lightning's messages a user cannot act on are dropped, and the Hugging Face progress bars are off when the
+    output is a log file (:func:`mtdnn.training.progress.quiet_libraries`).
 
     Args:
         config: the run's settings (resolved here: tasks, data root, run directory).
@@ -200,6 +204,7 @@ def plan(config: TrainConfig, *, overwrite: bool = False, resume: bool = False, 
                 root_dir=root_dir)
 
 
+@quietly
 def execute(plan: Plan, callbacks: list | None = None) -> Result:
     """Run a :class:`Plan`: tokenize, take the run directory, write ``config.yaml``, train with the one Trainer,
     export the best model and write ``schedule.json`` and (last) ``metrics.json``, as ``plan.outputs`` asks.
