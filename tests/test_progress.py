@@ -98,3 +98,17 @@ def test_lines_are_plain_only_off_a_terminal_and_the_window_means_per_task():
              "average": 0.375}
     assert TrainingProgress.dev_line(entry) == ("dev step 24 epoch 1: rte accuracy 0.5000 | stsb pearson 0.2500 "
                                                 "spearman 0.2000 | average 0.3750")
+
+
+def test_metrics_json_agrees_with_the_csv_on_each_evaluations_step_and_has_no_float32_noise(logged_run):
+    run_dir, _ = logged_run
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    with (run_dir / "logs" / "metrics.csv").open(newline="") as f:
+        dev_rows = [r for r in csv.DictReader(f) if r["dev/average"]]
+    assert [int(r["step"]) for r in dev_rows] == [e["step"] for e in metrics["epochs"]] == [12, 24]
+    assert [int(float(r["epoch"])) + 1 for r in dev_rows] == [e["epoch"] for e in metrics["epochs"]]
+    for entry in metrics["epochs"] + [metrics["best"]]:
+        values = [entry["average"]] + [v for scores in entry["tasks"].values() for v in scores.values()]
+        assert all(float(f"{v:.7g}") == v for v in values), values  # 0.51, not 0.5099999904632568
+    for row, entry in zip(dev_rows, metrics["epochs"]):
+        assert float(row["dev/rte/accuracy"]) == pytest.approx(entry["tasks"]["rte"]["accuracy"], rel=1e-6)

@@ -97,6 +97,25 @@ def test_init_from_copies_encoder_and_matching_heads(two_task_run, data_dir, tmp
         assert torch.equal(a, b), name
 
 
+def test_init_from_warns_of_an_ignored_encoder_only_when_it_differs(two_task_run, data_dir, tiny_encoder, tmp_path,
+                                                                   caplog):
+    """A teacher member names the run's own pre-trained encoder beside --init-from: no warning then (issue 26)."""
+    from mtdnn.training.config import TrainConfig
+    from mtdnn.training.pipeline import plan
+
+    def warnings_for(encoder):
+        caplog.clear()
+        config = TrainConfig(task_defs=GLUE, tasks=["rte"], data_dir=str(data_dir), encoder=encoder,
+                             init_from=str(two_task_run), output_dir=str(tmp_path / encoder.replace("/", "_")),
+                             limit_train_examples=16, accelerator="cpu")
+        plan(config)  # creates nothing
+        return [r.getMessage() for r in caplog.records if "is ignored" in r.getMessage()]
+
+    assert warnings_for(tiny_encoder) == []  # the run's source encoder
+    assert warnings_for(str(two_task_run / "export" / "encoder")) == [
+        f"--encoder {two_task_run / 'export' / 'encoder'} is ignored: --init-from {two_task_run} gives the encoder"]
+
+
 def test_interrupted_run_keeps_last_checkpoint_and_writes_no_metrics(tmp_path, data_dir, tiny_encoder, monkeypatch):
     monkeypatch.setenv("MTDNN_FAULT_AT_STEP", "10")  # SIGTERM after step 10; epoch 1 has 8 steps
     run_dir = tmp_path / "interrupted"

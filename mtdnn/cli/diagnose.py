@@ -9,8 +9,8 @@ Examples::
     python -m mtdnn.diagnose partial-input --task snli --input hypothesis --seeds 42,43,44
     python -m mtdnn.diagnose report runs/rte --data-dir ../shared/data
 
-Outputs go to ``--output-dir`` (default ``RUN/diagnose``, or ``runs/diagnose-...`` without a run): JSON, a PNG
-and a table on stdout. Bad input (files, flags, a task the diagnostic does not fit) exits 2 with a message.
+Outputs go to ``--output-dir`` (default ``RUN/diagnose``, or ``runs/diagnose-...`` without a run): JSON, a table on
+stdout and, for ``hans``, ``arct``, ``partial-input`` and ``report``, a PNG (``cues`` writes tables only). Bad input (files, flags, a task the diagnostic does not fit) exits 2 with a message.
 """
 
 from __future__ import annotations

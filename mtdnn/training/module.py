@@ -148,6 +148,8 @@ class MultiTaskModule(pl.LightningModule):
             for metric, value in task_scores.items():
                 self.log(f"dev/{name}/{metric}", value)  # compute() already reduced across ranks
         self.log("dev/average", average, prog_bar=True)
+        # the CSV row's step: the optimizer steps done, as metrics.json's (Lightning's default is one less here)
+        self.log_dict({"step": float(self.global_step), "epoch": float(self.current_epoch)})
         self.dev_history.append({"epoch": self.current_epoch + 1, "step": self.global_step, "tasks": scores,
                                  "average": average})
 

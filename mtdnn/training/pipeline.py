@@ -158,13 +158,16 @@ def plan(config: TrainConfig, *, overwrite: bool = False, resume: bool = False, 
         for task in tasks.values():
             check_files(task, [s for s in ("train", "dev") if s in task.splits], data_dir)
 
-    init_export = None
+    init_export, init_source = None, None
     if encoder is None:
         encoder = config.encoder
         if config.init_from:
             init_export = resolve_export(config.init_from)
             encoder = str(init_export / "encoder")
-            if config.encoder != "packaged-minilm":
+            meta = read_json(init_export / "mtdnn_export.json", CheckpointError, "export metadata")
+            init_source = meta.get("source_encoder", encoder) if isinstance(meta, dict) else encoder
+            # a teacher member names the run's own pre-trained encoder: nothing is ignored then
+            if config.encoder not in ("packaged-minilm", init_source):
                 log.warning("--encoder %s is ignored: --init-from %s gives the encoder", config.encoder,
                             config.init_from)
             heads_from = heads_from or init_export
@@ -185,10 +188,7 @@ def plan(config: TrainConfig, *, overwrite: bool = False, resume: bool = False, 
         log.info("initialised from %s: encoder and heads of %s", heads_from, ", ".join(copied) or "no task")
     datamodule = (datamodule_factory or default_datamodule)(config, tasks, tokenizer)
     if source_encoder is None:
-        source_encoder = config.encoder
-        if init_export is not None:
-            meta = read_json(init_export / "mtdnn_export.json", CheckpointError, "export metadata")
-            source_encoder = meta.get("source_encoder", encoder) if isinstance(meta, dict) else encoder
+        source_encoder = config.encoder if init_export is None else init_source
     document, resume_from = None, None
     if outputs.run_dir:
         fingerprints = {n: {s: split_fingerprint(t, s, data_dir) for s in ("train", "dev") if s in t.splits}

@@ -25,11 +25,26 @@ def schedule_summary(step_log: list[tuple[int, str]], schedule: str, batch_size:
     return summary
 
 
-def metrics_summary(history: list[dict], best_checkpoint: Path, run_dir: Path, stopped_early: dict | None = None) -> dict:
-    """``metrics.json``: dev scores per evaluation and the best one (highest average, first on ties).
+def float32_digits(value: float) -> float:
+    """``value`` to the 7 significant digits a float32 metric holds: ``0.5099999904632568`` (float32's 0.51 read
+    as a float64) is written ``0.51``; NaN stays NaN."""
+    return float(f"{value:.7g}")
 
-    Each entry of ``epochs`` is one dev evaluation (per epoch, or every N steps with ``eval_every_n_steps``).
+
+def _rounded(entry: dict) -> dict:
+    return {**entry, "tasks": {task: {m: float32_digits(v) for m, v in scores.items()}
+                               for task, scores in entry["tasks"].items()},
+            "average": float32_digits(entry["average"])}
+
+
+def metrics_summary(history: list[dict], best_checkpoint: Path, run_dir: Path, stopped_early: dict | None = None) -> dict:
+    """``metrics.json``: dev scores per evaluation and the best one (highest average, first on ties), each score to
+    the 7 significant digits of the float32 metrics (:func:`float32_digits`).
+
+    Each entry of ``epochs`` is one dev evaluation (per epoch, or every N steps with ``eval_every_n_steps``); its
+    ``step`` is the optimizer steps done, the ``step`` of the same evaluation's row in ``logs/metrics.csv``.
     """
+    history = [_rounded(entry) for entry in history]
     best = max(history, key=lambda h: h["average"])  # max keeps the first of equal values
     summary = {"status": "complete", "epochs": history,
                "best": {"epoch": best["epoch"], **({"step": best["step"]} if "step" in best else {}),
