@@ -365,3 +365,19 @@ def test_report_has_every_applicable_section_with_relative_links(run_dir, data_d
             "diagnose-cues-arct.json"} <= set(links)
     for link in links:
         assert not Path(link).is_absolute() and (out / link).is_file(), link
+
+
+@pytest.mark.data
+def test_report_links_an_existing_hans_analysis_instead_of_writing_a_copy(run_dir, data_dir, tmp_path):
+    out = tmp_path / "diag"
+    assert diagnose_main(["hans", run_dir, "--task", "rte", "--data-dir", data_dir, "--output-dir", out]) == 0
+    analysis = (out / "diagnose-hans.json").read_bytes()
+    assert diagnose_main(["report", run_dir, "--data-dir", data_dir, "--output-dir", out]) == 0
+    text = (out / "report.md").read_text()
+    assert "](diagnose-hans.json)" in text and "](diagnose-hans.png)" in text
+    assert not (out / "diagnose-hans-rte.json").exists() and not (out / "diagnose-hans-rte.png").exists()
+    assert (out / "diagnose-hans.json").read_bytes() == analysis  # linked as it was, not rewritten
+    # another label mapping is another analysis: the report scores it under its own name
+    assert diagnose_main(["report", run_dir, "--data-dir", data_dir, "--output-dir", out,
+                          "--label-map", "entailment=non-entailment,not_entailment=entailment"]) == 0
+    assert (out / "diagnose-hans-rte.json").is_file()

@@ -14,7 +14,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...errors import ConfigError, DataError, UserError
+from ...errors import CheckpointError, ConfigError, DataError, UserError
 from ...fileio import make_dir, read_json, write_atomic, write_json_atomic
 from .arct import arct_diagnosis, format_arct_table, write_arct_outputs
 from .cues import CueSettings, cue_statistics, format_cue_tables
@@ -59,6 +59,27 @@ def _link(path: Path, root: Path) -> str:
     return path.relative_to(root).as_posix()
 
 
+def existing_hans_analysis(out: Path, model: str, task: str, hans, mapping: dict) -> tuple[dict, dict] | None:
+    """An analysis of ``model``'s ``task`` on the same HANS file (and index) with the same label mapping already in
+    ``out`` (``diagnose hans``'s ``diagnose-hans.json``, or an earlier report's ``diagnose-hans-<task>.json``), with
+    its plot: ``(result, {"json": path, "png": path})``; None when there is none. A damaged file counts as none."""
+    for stem in ("diagnose-hans", f"diagnose-hans-{task}"):
+        path = out / f"{stem}.json"
+        if not path.is_file():
+            continue
+        try:
+            prior = read_json(path, CheckpointError, "HANS analysis")
+        except CheckpointError:
+            continue
+        same = isinstance(prior, dict) and prior.get("model") == model and prior.get("task") == task and \
+            prior.get("hans_file") == str(hans.path) and \
+            prior.get("index_file") == (str(hans.index) if hans.index else None) and prior.get("label_map") == mapping
+        png = out / str(prior.get("plot", "")) if isinstance(prior, dict) else None
+        if same and "summary" in prior and png is not None and png.is_file():
+            return prior, {"json": path, "png": png}
+    return None
+
+
 def _hans_section(loaded, name: str, inputs: ReportInputs, out: Path) -> list[str]:
     task = loaded.tasks[name]
     try:
@@ -66,9 +87,13 @@ def _hans_section(loaded, name: str, inputs: ReportInputs, out: Path) -> list[st
     except ConfigError as err:
         return [f"Not scored: {err}"]
     hans = open_hans(inputs.hans_file, inputs.hans_index)
-    result = hans_diagnosis(hans, model_predictor(loaded, task, mapping, inputs.device), str(loaded.model_dir),
-                            inputs.batch_size, task=name, label_map=mapping)
-    files = write_hans_outputs(result, out, f"diagnose-hans-{name}")
+    reused = existing_hans_analysis(out, str(loaded.model_dir), name, hans, mapping)
+    if reused is not None:  # `diagnose hans` already scored this model and task on this file: link it, no copy
+        result, files = reused
+    else:
+        result = hans_diagnosis(hans, model_predictor(loaded, task, mapping, inputs.device), str(loaded.model_dir),
+                                inputs.batch_size, task=name, label_map=mapping)
+        files = write_hans_outputs(result, out, f"diagnose-hans-{name}")
     return [f"HANS file `{result['hans_file']}` ({result['examples']} pairs, {result['layout']} layout); heuristic "
             f"and subcase: {result['heuristic_source']}. Label mapping: "
             + ", ".join(f"`{k}` -> {v}" for k, v in mapping.items()) + ".", "",
