@@ -364,3 +364,23 @@ def test_bad_input_lines_exit_2_and_write_no_output(run_dir, tmp_path, capsys, m
     code, err = exit_code_and_error(predict, [run_dir, "--task", "rte", "--input", "-", "--output", out], capsys)
     assert code == 2 and "<stdin>: line 1: task 'rte': expected 2" in err
     assert not out.exists() and not list(tmp_path.glob("out.tsv*"))
+
+
+def test_an_export_truncates_as_its_run_did(tmp_path, data_dir, tiny_encoder, capsys):
+    """Trained with --max-length 24 (the tasks' own is 128): the export's tasks.yaml and its Hugging Face folder's
+    tokenizer say 24, so that evaluating the run and its export scores the same rows the same way (issue 26)."""
+    import yaml
+    from transformers import AutoTokenizer
+
+    path = tmp_path / "short"
+    assert train.main([GLUE, "--tasks", "rte", "--data-dir", str(data_dir), "--encoder", tiny_encoder,
+                       "--limit-train-examples", "32", "--batch-size", "16", "--max-epochs", "1", "--max-length", "24",
+                       "--accelerator", "cpu", "--output-dir", str(path)]) == 0
+    tasks = yaml.safe_load((path / "export" / "tasks.yaml").read_text())["tasks"]
+    assert tasks["rte"]["max_length"] == 24
+    assert AutoTokenizer.from_pretrained(path / "export" / "hf" / "rte").model_max_length == 24
+    assert evaluate.main([str(path), "--output", str(tmp_path / "run.json")]) == 0
+    assert evaluate.main([str(path / "export"), "--output", str(tmp_path / "export.json")]) == 0
+    run, export = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("run", "export"))
+    assert_scores_equal(export["tasks"], run["tasks"])
+    assert run["examples"] == export["examples"] == {"rte": 277}

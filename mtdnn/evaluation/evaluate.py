@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ..errors import ConfigError, DataError
 from ..fileio import prepare_output_path
+from ..modeling.scores import float32_digits, rounded_scores
 
 log = logging.getLogger("mtdnn.evaluate")
 
@@ -94,7 +95,8 @@ def evaluate(loaded, names: list[str] | None = None, split: str = "dev", data_di
 
     Returns:
         ``{"split", "data_dir", "tasks": {task: {metric: value}}, "examples": {task: n}, "average"}``, the same
-        ``tasks`` and ``average`` as a run's ``metrics.json``.
+        ``tasks`` and ``average`` as a run's ``metrics.json`` (to float32's 7 digits,
+        :func:`mtdnn.modeling.metrics.float32_digits`).
 
     Raises:
         ConfigError, DataError: see :func:`evaluation_splits`.
@@ -119,4 +121,6 @@ def evaluate(loaded, names: list[str] | None = None, split: str = "dev", data_di
                         loaded.pad_to_multiple_of, metrics=metrics, device=device, progress=f"{name} {split}")
         scores[name], examples[name] = compute_metrics(metrics), tokenized.num_examples
     average = average_score(scores, {n: loaded.tasks[n].metric_names for n in scores})
-    return {"split": split, "data_dir": str(root), "tasks": scores, "examples": examples, "average": average}
+    # written as metrics.json writes them: to float32's digits, the average from the unrounded scores
+    return {"split": split, "data_dir": str(root), "tasks": rounded_scores(scores), "examples": examples,
+            "average": float32_digits(average)}

@@ -106,3 +106,4 @@ def average_score(scores: dict[str, dict[str, float]], metric_names: dict[str, l
             value = -1.0
         values.append(value)
     return sum(values) / len(values)
+

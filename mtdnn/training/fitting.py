@@ -182,7 +182,11 @@ def _write_outputs(plan: Plan, checkpoint, stopped_early: dict | None) -> dict:
     module.load_state_dict(best_state)
     module.model.cpu().float()
     if plan.outputs.export:
-        export_model(module.model, plan.tokenizer, plan.tasks, run_dir / EXPORT_DIR, source_encoder=plan.source_encoder)
+        # the export truncates as the run did: --max-length overrides each task's max_length in what it writes
+        # (tasks.yaml, each Hugging Face folder's tokenizer model_max_length)
+        trained = {n: t if not config.max_length else t.model_copy(update={"max_length": config.max_length})
+                   for n, t in plan.tasks.items()}
+        export_model(module.model, plan.tokenizer, trained, run_dir / EXPORT_DIR, source_encoder=plan.source_encoder)
     if plan.outputs.schedule:
         write_json_atomic(run_dir / SCHEDULE_FILE, schedule_summary(module.step_log, config.schedule,
                                                                     config.batch_size, config.accumulate_grad_batches))

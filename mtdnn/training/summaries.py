@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+from ..modeling.scores import float32_digits, rounded_scores
+
 
 def schedule_summary(step_log: list[tuple[int, str]], schedule: str, batch_size: int,
                      accumulate_grad_batches: int = 1) -> dict:
@@ -25,16 +27,8 @@ def schedule_summary(step_log: list[tuple[int, str]], schedule: str, batch_size:
     return summary
 
 
-def float32_digits(value: float) -> float:
-    """``value`` to the 7 significant digits a float32 metric holds: ``0.5099999904632568`` (float32's 0.51 read
-    as a float64) is written ``0.51``; NaN stays NaN."""
-    return float(f"{value:.7g}")
-
-
 def _rounded(entry: dict) -> dict:
-    return {**entry, "tasks": {task: {m: float32_digits(v) for m, v in scores.items()}
-                               for task, scores in entry["tasks"].items()},
-            "average": float32_digits(entry["average"])}
+    return {**entry, "tasks": rounded_scores(entry["tasks"]), "average": float32_digits(entry["average"])}
 
 
 def metrics_summary(history: list[dict], best_checkpoint: Path, run_dir: Path, stopped_early: dict | None = None) -> dict:
