@@ -11,7 +11,8 @@ from cli_options import option_sets  # noqa: E402
 
 FIXTURE = Path(__file__).parent / "fixtures" / "cli_options.json"
 # options added since the fixture was taken (issue 25: --print-config, distill --resume; issue 26: the progress lines)
-ADDED = {"train": [["--print-config"], ["--progress-every-n-steps"]], "distill": [["--resume"]]}
+ADDED = {"train": [["--print-config"], ["--progress-every-n-steps"], ["--export-hf", "--no-export-hf"]],
+         "distill": [["--resume"]]}
 
 
 def test_every_command_keeps_its_options():

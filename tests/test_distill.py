@@ -266,6 +266,9 @@ def test_cached_outputs_are_the_members_logits_by_example_id(world):
     from mtdnn.training.export import load_export
 
     export = world["teachers"] / "rte" / "member-1" / "export"
+    # members serve the student: no Hugging Face folders by default (a full encoder copy each, issue 26)
+    assert not (export / "hf").exists()
+    assert json.loads((export / "mtdnn_export.json").read_text())["toolkit_only"]["rte"].startswith("export_hf is off")
     ids, outputs, fingerprint = soft_targets.read_outputs(world["teachers"] / "rte" / "logits" / "member-1-train")
     assert outputs.dtype == np.float32 and outputs.shape == (SLICES["glue/RTE/train.tsv"], 2)
     assert {"data", "tokenizer", "member_export", "count"} <= set(fingerprint)
@@ -289,24 +292,30 @@ def test_teacher_report_members_ensemble_and_disagreement(world):
     rte = report["tasks"]["rte"]
     scores = [read_metrics(world["teachers"] / "rte" / f"member-{k}")["best"]["tasks"]["rte"]["accuracy"]
               for k in (1, 2)]
-    assert [m["score"] for m in rte["members"]] == scores
+    assert [m["run_score"] for m in rte["members"]] == scores  # each member's run scored all of dev too
     assert [m["seed"] for m in rte["members"]] == [1, 2] and [m["dropout"] for m in rte["members"]] == [0.1, 0.2]
-    assert rte["mean"] == pytest.approx(np.mean(scores)) and rte["std"] == pytest.approx(np.std(scores, ddof=1))
-    # the ensemble's accuracy, recomputed by hand from the cached dev logits
+    # members and ensemble, recomputed by hand from the cached dev logits: every score on the same rows
     dev = load_split(teachers.load_task_defs(GLUE)["rte"], "dev", world["data"])
-    probs = 0
+    gold = torch.tensor([ex.label for ex in dev.examples])
+    probs, member_accuracy = 0, []
     for k in (1, 2):
         ids, logits, _ = soft_targets.read_outputs(world["teachers"] / "rte" / "logits" / f"member-{k}-dev")
         order = [ids.index(ex.id) for ex in dev.examples]
         probs = probs + torch.softmax(torch.from_numpy(logits[order]), -1) / 2
-    accuracy = (probs.argmax(-1) == torch.tensor([ex.label for ex in dev.examples])).float().mean().item()
+        member_accuracy.append((torch.from_numpy(logits[order]).argmax(-1) == gold).float().mean().item())
+    accuracy = (probs.argmax(-1) == gold).float().mean().item()
+    assert rte["dev_rows"] == len(dev.examples)
+    assert [m["score"] for m in rte["members"]] == pytest.approx(member_accuracy)
+    assert member_accuracy == pytest.approx(scores, rel=1e-6)  # the cached outputs are the best checkpoints'
+    assert rte["mean"] == pytest.approx(np.mean(scores)) and rte["std"] == pytest.approx(np.std(scores, ddof=1))
     assert rte["ensemble"]["score"] == pytest.approx(accuracy)
     assert [p["members"] for p in rte["disagreement"]["pairs"]] == [[1, 2]]
     assert report["tasks"]["stsb"]["disagreement"]["pairs"][0]["value"] > 0  # members differ
     assert report["average"]["ensemble"] == pytest.approx((rte["ensemble"]["score"]
                                                            + report["tasks"]["stsb"]["ensemble"]["score"]) / 2)
     markdown = (world["teachers"] / "teachers.md").read_text()
-    assert "| task | metric | member 1 | member 2 | mean ± sd | ensemble |" in markdown and "| 1-2 |" in markdown
+    assert "| task | metric | dev rows | member 1 | member 2 | mean ± sd | ensemble |" in markdown and "| 1-2 |" in markdown
+    assert f"| rte | accuracy | {len(dev.examples)} |" in markdown
     # what the soft targets carry, on train and dev, recomputed from the same cached logits
     carried = rte["soft_targets"]
     assert carried["dev"]["examples"] == len(dev.examples)
@@ -356,12 +365,37 @@ def test_student_report_has_members_ensemble_and_student(world, student):
     assert report["average"]["mean"] == pytest.approx(np.mean(report["average"]["members"]))
     assert report["student"]["temperature"] == 2.0 and report["student"]["alpha"] == 0.5
     markdown = (student / "report.md").read_text()
-    assert "| task | metric | member 1 | member 2 | mean ± sd | ensemble | student |" in markdown
+    assert "| task | metric | dev rows | member 1 | member 2 | mean ± sd | ensemble | student |" in markdown
     assert "| **average** |" in markdown
     ckpt = torch.load(student / "checkpoints" / "best.ckpt", map_location="cpu", weights_only=True)
     hp = ckpt["hyper_parameters"]
     assert hp["distill_tasks"] == ["rte", "stsb"] and hp["temperature"] == 2.0 and hp["alpha"] == 0.5
     assert (student / "export" / "heads.safetensors").is_file()
+
+
+def test_a_student_scored_on_fewer_dev_rows_is_compared_with_teachers_on_those_rows(world):
+    """limit_eval_examples: 20 for the student: the report's members and ensemble are scored on the same first 20
+    dev rows, not on all of dev (issue 26: an ensemble on 277 rows beside a student on 100)."""
+    from mtdnn import distill
+    from mtdnn.tasks.data import load_split
+    from mtdnn.training.runs import read_metrics
+
+    spec = student_spec(world, "few-rows", train={"max_epochs": 1, "batch_size": 16, "lr": 1.0e-3,
+                                                  "limit_train_examples": 32, "limit_eval_examples": 20})
+    assert distill.main([spec, "--data-dir", str(world["data"]), "--accelerator", "cpu"]) == 0
+    run = world["base"] / "few-rows"
+    report = json.loads((run / "report.json").read_text())
+    rte = report["tasks"]["rte"]
+    assert rte["dev_rows"] == report["tasks"]["stsb"]["dev_rows"] == 20
+    dev = load_split(teachers.load_task_defs(GLUE)["rte"], "dev", world["data"]).examples[:20]
+    probs = 0
+    for k in (1, 2):
+        ids, logits, _ = soft_targets.read_outputs(world["teachers"] / "rte" / "logits" / f"member-{k}-dev")
+        probs = probs + torch.softmax(torch.from_numpy(logits[[ids.index(ex.id) for ex in dev]]), -1) / 2
+    accuracy = (probs.argmax(-1) == torch.tensor([ex.label for ex in dev])).float().mean().item()
+    assert rte["ensemble"]["score"] == pytest.approx(accuracy)
+    assert rte["student"]["score"] == read_metrics(run)["best"]["tasks"]["rte"]["accuracy"]  # its 20 rows
+    assert "| rte | accuracy | 20 |" in (run / "report.md").read_text()
 
 
 def test_student_with_gold_task_and_layers_from_the_multitask_run(world):

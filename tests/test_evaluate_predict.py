@@ -384,3 +384,18 @@ def test_an_export_truncates_as_its_run_did(tmp_path, data_dir, tiny_encoder, ca
     run, export = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("run", "export"))
     assert_scores_equal(export["tasks"], run["tasks"])
     assert run["examples"] == export["examples"] == {"rte": 277}
+
+
+
+def test_no_export_hf_writes_the_toolkits_export_only(tmp_path, data_dir, tiny_encoder):
+    from mtdnn.training.export import HF_OFF, load_export
+
+    path = tmp_path / "no-hf"
+    assert train.main([GLUE, "--tasks", "rte,stsb", "--data-dir", str(data_dir), "--encoder", tiny_encoder,
+                       "--limit-train-examples", "16", "--limit-eval-examples", "16", "--batch-size", "16",
+                       "--max-epochs", "1", "--no-export-hf", "--accelerator", "cpu", "--output-dir", str(path)]) == 0
+    assert not (path / "export" / "hf").exists()
+    meta = json.loads((path / "export" / "mtdnn_export.json").read_text())
+    assert meta["huggingface"] == {} and meta["toolkit_only"] == {"rte": HF_OFF, "stsb": HF_OFF}
+    model, _, tasks = load_export(path / "export")  # the toolkit's export loads as ever
+    assert set(tasks) == {"rte", "stsb"}

@@ -60,6 +60,24 @@ def test_temperature_scaling_recovers_an_overconfident_ensemble():
     assert out["fit_examples"] + out["report_examples"] == n
     assert out["after"]["nll"] < out["before"]["nll"] and out["after"]["ece"] < out["before"]["ece"]
     assert ensemble_nll(members, labels, 3.0) < ensemble_nll(members, labels, 1.0)
+    assert not out["at_bound"] and not out["ece_worse"]
+
+
+def test_a_temperature_on_the_search_bound_and_a_worse_ece_are_flagged():
+    from mtdnn.distillation.calibration import TEMPERATURE_RANGE
+    from mtdnn.distillation.teacher_report import soft_target_markdown
+
+    torch.manual_seed(0)
+    n = 400
+    labels = torch.randint(0, 2, (n,))
+    members = (torch.randn(n, 2, 2) * 50.0)  # confident and unrelated to the labels: the NLL falls up to T = 20
+    out = temperature_scaling(members, labels, seed=0)
+    assert out["temperature"] == pytest.approx(TEMPERATURE_RANGE[1], rel=1e-5) and out["at_bound"]
+    assert out["ece_worse"] == (out["after"]["ece"] > out["before"]["ece"])
+    carried = {"temperature_scaling": {**out, "ece_worse": True}}
+    text = "\n".join(soft_target_markdown({"rte": {"soft_targets": carried}}, lambda v: f"{v:.4f}"))
+    assert f"| rte | {n // 2} / {n - n // 2} | 20.0000 (search bound) |" in text
+    assert "(worse than at T = 1)" in text
 
 
 def test_t_interval_equals_scipy():

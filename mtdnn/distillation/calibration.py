@@ -106,8 +106,12 @@ def ensemble_nll(member_logits: torch.Tensor, labels: torch.Tensor, temperature:
     return float(-q.gather(1, labels.long()[:, None]).clamp_min(1e-12).log().mean())
 
 
-def fit_temperature(member_logits: torch.Tensor, labels: torch.Tensor, low: float = 0.05, high: float = 20.0,
-                    steps: int = 400) -> float:
+TEMPERATURE_RANGE = (0.05, 20.0)
+"""The grid :func:`fit_temperature` searches (log-spaced): a T at either end is no fitted minimum."""
+
+
+def fit_temperature(member_logits: torch.Tensor, labels: torch.Tensor, low: float = TEMPERATURE_RANGE[0],
+                    high: float = TEMPERATURE_RANGE[1], steps: int = 400) -> float:
     """The T minimising :func:`ensemble_nll` on ``(member_logits, labels)``: a log-spaced grid search over
     [low, high] (a 1-D convex-in-practice problem; the grid keeps it deterministic and dependency-free)."""
     grid = torch.logspace(math.log10(low), math.log10(high), steps)
@@ -123,8 +127,10 @@ def temperature_scaling(member_logits: torch.Tensor, labels: torch.Tensor, seed:
         seed: the split's seed (``torch.Generator``).
 
     Returns:
-        ``temperature`` (fitted), ``fit_examples``, ``report_examples`` and, on the held-out half, ``ece`` and
-        ``nll`` at T = 1 (``before``) and at the fitted T (``after``).
+        ``temperature`` (fitted), ``at_bound`` (it is an end of :data:`TEMPERATURE_RANGE`: the NLL still falls
+        beyond it, so it is no fitted minimum), ``fit_examples``, ``report_examples`` and, on the held-out half,
+        ``ece`` and ``nll`` at T = 1 (``before``) and at the fitted T (``after``), and ``ece_worse`` (scaling raised
+        the ECE: it lowers the NLL it was fitted on, not necessarily the ECE).
     """
     n = len(labels)
     order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
@@ -135,4 +141,7 @@ def temperature_scaling(member_logits: torch.Tensor, labels: torch.Tensor, seed:
         q = F.softmax(member_logits[held].float() / temp, dim=-1).mean(dim=1)
         out[name] = {"ece": expected_calibration_error(q, labels[held]),
                      "nll": ensemble_nll(member_logits[held], labels[held], temp)}
+    low, high = TEMPERATURE_RANGE
+    out["at_bound"] = bool(math.isclose(t, low, rel_tol=1e-5) or math.isclose(t, high, rel_tol=1e-5))
+    out["ece_worse"] = bool(out["after"]["ece"] > out["before"]["ece"])
     return out

@@ -195,7 +195,9 @@ def train_student(spec: StudentSpec, spec_path: str, tasks: dict[str, TaskDef], 
         soft_targets[name] = (rows.ids, teacher_outputs(teacher_dir, tasks[name], "train", data_dir, rows.ids,
                                                         rows=rows))
     if distill:
-        teacher_report = teachers.summarize(teacher_dir, {n: tasks[n] for n in distill}, data_dir)
+        # the teachers scored on the rows the student is scored on (its limit_eval_examples, else all of dev)
+        teacher_report = teachers.summarize(teacher_dir, {n: tasks[n] for n in distill}, data_dir,
+                                            rows=cfg.limit_eval_examples)
     run_dir = Path(output_dir or spec.output_dir)
     config = student_config(spec, tasks, data_dir, source, str(run_dir), lightning)
     # a truncated encoder is saved in the run directory (prepare) and trained from there

@@ -28,7 +28,7 @@ from ..tasks.taskdef import TaskDef
 from ..tasks.types import TASK_TYPES
 from ..training.runs import complete_run
 from .batch_targets import PieceBatchTargets
-from .calibration import classification_summary, regression_summary, temperature_scaling
+from .calibration import TEMPERATURE_RANGE, classification_summary, regression_summary, temperature_scaling
 from .pieces import MASKED
 from .soft_targets import member_dir, member_fingerprints, read_manifest, teacher_outputs
 
@@ -72,17 +72,19 @@ def pairwise_disagreement(task_type: str, outputs: torch.Tensor) -> list[dict]:
     return pairs
 
 
-def _split_outputs(teacher_dir: Path, task: TaskDef, split: str, data_dir: Path) -> tuple[torch.Tensor, torch.Tensor]:
-    """The members' cached outputs ``(n, members, outputs)`` on ``split`` and its gold labels ``(n,)``; for per-piece
-    soft targets, their distributions with a gold class (labelled pieces; windows' start and end) as the n examples
-    (:func:`report_inputs`)."""
+def _split_outputs(teacher_dir: Path, task: TaskDef, split: str, data_dir: Path,
+                   rows: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The members' cached outputs ``(n, members, outputs)`` on ``split`` (its first ``rows`` rows; None: all) and its
+    gold labels ``(n,)``; for per-piece soft targets, their distributions with a gold class (labelled pieces;
+    windows' start and end) as the n examples (:func:`report_inputs`)."""
     if task.kind.soft_target_pieces is not None:
-        return report_inputs(teacher_dir, task, split, data_dir)[:2]
+        return report_inputs(teacher_dir, task, split, data_dir, rows=rows)[:2]
 
     raw = load_split(task, split, data_dir)
-    ids = [ex.id for ex in raw.examples]
+    examples = raw.examples[:rows] if rows else raw.examples
+    ids = [ex.id for ex in examples]
     outputs = torch.from_numpy(teacher_outputs(teacher_dir, task, split, data_dir, ids))
-    labels = torch.tensor([ex.label for ex in raw.examples])  # int64 ids, or float32 scores
+    labels = torch.tensor([ex.label for ex in examples])  # int64 ids, or float32 scores
     return outputs, labels
 
 
@@ -99,10 +101,15 @@ def _mean_std(values: list[float]) -> tuple[float, float]:
     return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
 
 
-def summarize(teacher_dir: Path, tasks: dict[str, TaskDef], data_dir: Path) -> dict:
-    """Per task: each member's dev scores (its run's ``metrics.json``, best epoch), their mean and sample standard
-    deviation, the ensemble's dev scores (probabilities averaged over members) and the pairwise disagreement;
-    and the same averaged over tasks (each task's first metric).
+def summarize(teacher_dir: Path, tasks: dict[str, TaskDef], data_dir: Path, rows: int | None = None) -> dict:
+    """Per task: each member's dev scores, their mean and sample standard deviation, the ensemble's dev scores
+    (probabilities averaged over members) and the pairwise disagreement; and the same averaged over tasks (each
+    task's first metric).
+
+    Every score is computed from the members' cached dev outputs (of their best checkpoints) on the same rows: the
+    whole dev split, or its first ``rows`` rows (the rows a student trained with ``limit_eval_examples`` is scored
+    on), recorded per task as ``dev_rows``. A member's own run may have scored fewer rows
+    (``limit_eval_examples``); its ``metrics.json`` score is kept as ``run_score`` but compared with nothing.
 
     Raises:
         CheckpointError: a member run is incomplete or its cached dev outputs are missing or stale.
@@ -113,23 +120,29 @@ def summarize(teacher_dir: Path, tasks: dict[str, TaskDef], data_dir: Path) -> d
     ensemble_scores: dict[str, dict] = {}
     for name, task in tasks.items():
         metric = task.metric_names[0]
-        members = []
-        for member in manifest["tasks"][name]["members"]:
-            k = member["member"]
-            dev = complete_run(member_dir(teacher_dir, name, k))["best"]["tasks"][name]
-            members.append({**member, "dev": dev, "score": dev[metric]})
-            per_member.setdefault(k, {})[name] = dev
         carried = {}
         for split in ("train", "dev"):
-            split_outputs, split_labels = _split_outputs(teacher_dir, task, split, data_dir)
+            split_outputs, split_labels = _split_outputs(teacher_dir, task, split, data_dir,
+                                                         rows if split == "dev" else None)
             carried[split] = soft_target_summary(task.type, split_outputs, split_labels)
         outputs, labels = split_outputs, split_labels  # dev
         if task.kind.soft_targets == "probabilities":
             carried["temperature_scaling"] = {"split": "dev", **temperature_scaling(outputs, labels, seed=0)}
         if task.kind.soft_target_pieces is None:
             ensemble = score(task, ensemble_outputs(task.type, outputs), labels)
+            member_scores = [score(task, ensemble_outputs(task.type, outputs[:, j:j + 1]), labels)
+                             for j in range(outputs.shape[1])]  # an ensemble of one: the member's own outputs
+            dev_rows = len(labels)
         else:  # the task's own metrics (entity F1, SQuAD EM/F1) of the averaged per-piece probabilities
-            ensemble = report_inputs(teacher_dir, task, "dev", data_dir)[2]
+            _, _, ensemble, member_scores, dev_rows = report_inputs(teacher_dir, task, "dev", data_dir, rows=rows,
+                                                                    per_member=True)
+        members = []
+        for j, member in enumerate(manifest["tasks"][name]["members"]):
+            k = member["member"]
+            run = complete_run(member_dir(teacher_dir, name, k))["best"]["tasks"][name]
+            dev = member_scores[j]  # on the ensemble's rows
+            members.append({**member, "dev": dev, "score": dev[metric], "run_score": run[metric]})
+            per_member.setdefault(k, {})[name] = dev
         ensemble_scores[name] = ensemble
         mean, std = _mean_std([m["score"] for m in members])
         pairs = pairwise_disagreement(task.type, outputs)
@@ -148,7 +161,7 @@ def summarize(teacher_dir: Path, tasks: dict[str, TaskDef], data_dir: Path) -> d
             fold_scores = score(task, ensemble_outputs(task.type, outputs[:, columns]), labels)
             per_fold.append({"fold": fold, "members": [members[j]["member"] for j in columns],
                              "ensemble": fold_scores, "score": fold_scores[metric]})
-        report["tasks"][name] = {"metric": metric, "members": members, "mean": mean, "std": std,
+        report["tasks"][name] = {"metric": metric, "dev_rows": dev_rows, "members": members, "mean": mean, "std": std,
                                  "ensemble": {"dev": ensemble, "score": ensemble[metric]},
                                  "ensemble_gain": ensemble[metric] - mean,
                                  **({"folds": per_fold, "fold_mean": statistics.fmean(f["score"] for f in per_fold)}
@@ -170,23 +183,26 @@ def render_markdown(report: dict, title: str) -> str:
     tasks = report["tasks"]
     members = max(len(t["members"]) for t in tasks.values())
     has_student = "student" in report["average"]
-    head = (["task", "metric"] + [f"member {k}" for k in range(1, members + 1)] + ["mean ± sd", "ensemble"]
-            + (["student"] if has_student else []))
+    head = (["task", "metric", "dev rows"] + [f"member {k}" for k in range(1, members + 1)]
+            + ["mean ± sd", "ensemble"] + (["student"] if has_student else []))
     fmt = lambda v: "nan" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.4f}"  # noqa: E731
     rows = []
     for name, t in tasks.items():
-        row = [name, t["metric"]] + [fmt(m["score"]) for m in t["members"]] + [""] * (members - len(t["members"]))
+        row = [name, t["metric"], str(t.get("dev_rows", ""))] + [fmt(m["score"]) for m in t["members"]]
+        row += [""] * (members - len(t["members"]))
         row += [f"{fmt(t['mean'])} ± {fmt(t['std'])}", fmt(t["ensemble"]["score"])]
         rows.append(row + ([fmt(t["student"]["score"])] if has_student else []))
     avg = report["average"]
-    row = ["**average**", ""] + [fmt(v) for v in avg["members"]] + [f"{fmt(avg['mean'])} ± {fmt(avg['std'])}",
-                                                                     fmt(avg["ensemble"])]
+    row = ["**average**", "", ""] + [fmt(v) for v in avg["members"]] + [f"{fmt(avg['mean'])} ± {fmt(avg['std'])}",
+                                                                         fmt(avg["ensemble"])]
     rows.append(row + ([fmt(avg["student"])] if has_student else []))
-    rows += [[f"{name} (gold only)", t["metric"]] + [""] * (members + 2) + [fmt(t["student"]["score"])]
+    rows += [[f"{name} (gold only)", t["metric"], ""] + [""] * (members + 2) + [fmt(t["student"]["score"])]
              for name, t in report.get("gold_tasks", {}).items()]
-    lines = [f"# {title}", "", "Dev scores (each task's first metric; the average is over tasks). Members: best "
-             "epoch of each member's run; ensemble: class probabilities (regression: predictions) averaged over "
-             "members; sd: sample standard deviation over members.", ""] + markdown_table(head, rows)
+    lines = [f"# {title}", "", "Dev scores (each task's first metric; the average is over tasks), every score of a "
+             "row on the same dev rows (the dev rows column; the student's are its run's, limit_eval_examples "
+             "included). Members: each member's best checkpoint; ensemble: class probabilities (regression: "
+             "predictions) averaged over members; sd: sample standard deviation over members.", ""]
+    lines += markdown_table(head, rows)
     lines += ["", "Pairwise disagreement of the members on dev (classification: fraction of examples with a "
               "different predicted class; regression: mean absolute difference of the predictions; token-level "
               "tasks: fraction of labelled pieces and of window starts and ends with a different predicted class).",
@@ -240,10 +256,16 @@ def soft_target_markdown(tasks: dict, fmt) -> list[str]:
                                 regression)
     scaled = [(name, c["temperature_scaling"]) for name, c in carried_by_task if "temperature_scaling" in c]
     if scaled:
-        lines += ["", "Temperature scaling of the ensemble: T fitted by NLL on one seeded half of dev, ECE and NLL "
-                  "reported on the other half.", ""]
-        lines += markdown_table(["task", "T", "ECE at T = 1", "ECE at T", "NLL at T = 1", "NLL at T"],
-                                [[n, fmt(c["temperature"]), fmt(c["before"]["ece"]), fmt(c["after"]["ece"]),
+        lines += ["", "Temperature scaling of the ensemble: T fitted by NLL on one seeded half of dev (a grid over "
+                  f"[{TEMPERATURE_RANGE[0]:g}, {TEMPERATURE_RANGE[1]:g}]), ECE and NLL reported on the other half. A T "
+                  "at an end of the grid is no fitted minimum (flagged), and an ECE that scaling made worse is "
+                  "flagged too.", ""]
+        lines += markdown_table(["task", "fit / report rows", "T", "ECE at T = 1", "ECE at T", "NLL at T = 1",
+                                 "NLL at T"],
+                                [[n, f"{c['fit_examples']} / {c['report_examples']}",
+                                  fmt(c["temperature"]) + (" (search bound)" if c.get("at_bound") else ""),
+                                  fmt(c["before"]["ece"]),
+                                  fmt(c["after"]["ece"]) + (" (worse than at T = 1)" if c.get("ece_worse") else ""),
                                   fmt(c["before"]["nll"]), fmt(c["after"]["nll"])] for n, c in scaled])
     return lines
 
@@ -259,8 +281,8 @@ def ensemble_log_probabilities(teacher_logits: torch.Tensor, over: str, real: to
     return torch.log(q.clamp(min=1e-30)).masked_fill(~real.unsqueeze(-1), MASKED)
 
 
-def report_inputs(teacher_dir: Path, task: TaskDef, split_name: str, data_dir: Path,
-                  batch_size: int = 64) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
+def report_inputs(teacher_dir: Path, task: TaskDef, split_name: str, data_dir: Path, batch_size: int = 64,
+                  rows: int | None = None, per_member: bool = False) -> tuple:
     """What the teacher report reads from per-piece soft targets on one split.
 
     The *units* are the soft-target distributions with a gold class: each labelled piece's tag distribution
@@ -269,8 +291,14 @@ def report_inputs(teacher_dir: Path, task: TaskDef, split_name: str, data_dir: P
     classification examples. The ensemble's scores are the task's own metrics (entity F1, SQuAD EM/F1) of
     ``log q`` (:func:`ensemble_log_probabilities`).
 
+    Args:
+        rows: score the tokenized split's first ``rows`` rows (sentences; QA windows), as a student trained with
+            ``limit_eval_examples`` is scored (None: all).
+        per_member: also each member's scores alone, and the number of rows scored.
+
     Returns:
-        ``(units (u, members, classes) logits, gold (u,) int64, ensemble scores {metric: value})``.
+        ``(units (u, members, classes) logits, gold (u,) int64, ensemble scores {metric: value})``; with
+        ``per_member`` also ``[member scores {metric: value}]`` and the rows scored.
 
     Raises:
         CheckpointError: see :func:`mtdnn.distillation.soft_targets.teacher_outputs`.
@@ -282,18 +310,26 @@ def report_inputs(teacher_dir: Path, task: TaskDef, split_name: str, data_dir: P
     export, fingerprint = next(iter(members.items()))
     tokenizer = load_tokenizer(export)  # the members' tokenizer, and their max_length: their pieces
     split = tokenized_split(task, split_name, data_dir, tokenizer, fingerprint.get("max_length"))
-    rows = PieceBatchTargets([torch.from_numpy(r) for r in
-                              teacher_outputs(teacher_dir, task, split_name, data_dir, split.ids, rows=split)])
+    if rows:
+        split = split.head(rows)
+    cached = PieceBatchTargets([torch.from_numpy(r) for r in
+                                teacher_outputs(teacher_dir, task, split_name, data_dir, split.ids, rows=split)])
     mask = PieceBatchTargets([torch.tensor(m, dtype=torch.float32).view(1, -1, 1)
                               for m in task.kind.soft_target_pieces.mask(split)])
     over = task.kind.soft_target_pieces.over
     metrics = attach_split(build_metrics(task), split)
+    alone: list = []  # per member, once the first batch says how many there are
     units, gold = [], []
     for start in range(0, len(split), batch_size):
         batch = collate([split[i] for i in range(start, min(start + batch_size, len(split)))], task,
                         tokenizer.pad_token_id or 0, padding_side=split.padding_side)
-        z, real = rows.for_batch(batch), batch.attention_mask.bool()
+        z, real = cached.for_batch(batch), batch.attention_mask.bool()
         update_metrics(metrics, task.type, ensemble_log_probabilities(z, over, real), batch.labels, batch.weight)
+        if per_member and not alone:
+            alone = [attach_split(build_metrics(task), split) for _ in range(z.shape[1])]
+        for j, member_metrics in enumerate(alone):
+            update_metrics(member_metrics, task.type, ensemble_log_probabilities(z[:, j:j + 1], over, real),
+                           batch.labels, batch.weight)
         if over == "classes":
             keep = (mask.for_batch(batch)[:, 0, :, 0] == 1) & (batch.labels >= 0)
             units.append(z.transpose(1, 2)[keep])  # (pieces, members, classes)
@@ -304,4 +340,7 @@ def report_inputs(teacher_dir: Path, task: TaskDef, split_name: str, data_dir: P
     if over == "pieces":
         longest = max(u.shape[-1] for u in units)
         units = [torch.nn.functional.pad(u, (0, longest - u.shape[-1]), value=MASKED) for u in units]
+    if per_member:
+        return (torch.cat(units), torch.cat(gold), compute_metrics(metrics), [compute_metrics(m) for m in alone],
+                len(split))
     return torch.cat(units), torch.cat(gold), compute_metrics(metrics)

@@ -125,6 +125,8 @@ def member_config(spec: TeacherSpec, task: str, member: dict, data_dir: Path, en
     :attr:`~mtdnn.distillation.specs.TeacherSpec.member_settings`) and the Lightning settings. ``task_defs``:
     the fold's task definitions of a cross-fitted member (see :func:`fold_task`)."""
     finetune = spec.finetune.model_dump()
+    if "export_hf" not in spec.finetune.model_fields_set:  # members serve the student: no Hugging Face folders
+        finetune["export_hf"] = False
     for name in ("lr", "max_epochs"):
         if member.get(name) is not None:
             finetune[name] = member[name]

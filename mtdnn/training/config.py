@@ -151,6 +151,10 @@ class TrainConfig(BaseModel):
     num_nodes: int = setting(1, "nodes for multi-node DDP", group=LIGHTNING, gt=0)
     precision: str = setting("32-true", "32-true, bf16-mixed or 16-mixed (GPU), bf16-true", group=LIGHTNING)
     num_workers: int = setting(0, "DataLoader worker processes", group=LIGHTNING, cli_type="int", ge=0)
+    export_hf: bool = setting(True, "also write export/hf/<task>/, a Hugging Face AutoModelFor... folder for each task "
+                                    "whose head is the family's own (a full copy of the encoder each, about 90 MB for "
+                                    "MiniLM); --no-export-hf: the toolkit's export only (teacher members: off unless "
+                                    "their finetune: sets it)")
     keep_last_checkpoint: bool = setting(False, "keep checkpoints/last.ckpt (weights and optimizer state, for "
                                                 "--resume) when the run completes; by default it is removed, and "
                                                 "best.ckpt holds the weights only", group=LIGHTNING)

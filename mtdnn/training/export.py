@@ -54,17 +54,21 @@ FORMAT_VERSION = 1
 log = logging.getLogger(__name__)
 
 
+HF_OFF = "export_hf is off: no Hugging Face folders were written (python -m mtdnn.train ... --export-hf)"
+
+
 def is_export_dir(path: str | Path) -> bool:
     """Whether ``path`` holds an mtdnn export."""
     return (Path(path) / EXPORT_META).is_file()
 
 
 def export_model(model: MultiTaskModel, tokenizer, tasks: dict[str, TaskDef], out_dir: str | Path,
-                 source_encoder: str) -> Path:
+                 source_encoder: str, hf: bool = True) -> Path:
     """Write ``model`` (float32, on CPU) with its tokenizer and task definitions to ``out_dir`` atomically.
 
-    Also writes ``hf/<task>/`` for the tasks :func:`mtdnn.training.hf_export.write_hf_models` can express, and
-    names the others in ``mtdnn_export.json``'s ``toolkit_only`` with the reason. ``tasks.yaml`` records every
+    With ``hf`` (``TrainConfig.export_hf``), also writes ``hf/<task>/`` for the tasks
+    :func:`mtdnn.training.hf_export.write_hf_models` can express; ``mtdnn_export.json``'s ``toolkit_only`` names
+    every task without a folder, with the reason (``export_hf`` off, for all of them, without ``hf``). ``tasks.yaml`` records every
     task's pooling, the one chosen for the encoder where the task set none. ``mtdnn_export.json`` records the
     SHA-256 of every other file (``digests``), which loading checks (:func:`verify_export`).
     """
@@ -81,7 +85,10 @@ def export_model(model: MultiTaskModel, tokenizer, tasks: dict[str, TaskDef], ou
         save_file(heads, str(tmp / "heads.safetensors"))
         doc = {"tasks": {name: {k: v for k, v in t.to_plain().items() if k != "name"} for name, t in tasks.items()}}
         write_yaml_atomic(tmp / "tasks.yaml", doc)
-        folders, toolkit_only = write_hf_models(model, tokenizer, tasks, tmp)
+        if hf:
+            folders, toolkit_only = write_hf_models(model, tokenizer, tasks, tmp)
+        else:
+            folders, toolkit_only = {}, {name: HF_OFF for name in tasks}
         meta = {"format": FORMAT_VERSION, "tasks": list(tasks), "source_encoder": source_encoder,
                 "huggingface": folders, "toolkit_only": toolkit_only,
                 "digests": file_digests(tmp, exclude=(EXPORT_META,))}

@@ -186,7 +186,8 @@ def _write_outputs(plan: Plan, checkpoint, stopped_early: dict | None) -> dict:
         # (tasks.yaml, each Hugging Face folder's tokenizer model_max_length)
         trained = {n: t if not config.max_length else t.model_copy(update={"max_length": config.max_length})
                    for n, t in plan.tasks.items()}
-        export_model(module.model, plan.tokenizer, trained, run_dir / EXPORT_DIR, source_encoder=plan.source_encoder)
+        export_model(module.model, plan.tokenizer, trained, run_dir / EXPORT_DIR, source_encoder=plan.source_encoder,
+                     hf=config.export_hf)
     if plan.outputs.schedule:
         write_json_atomic(run_dir / SCHEDULE_FILE, schedule_summary(module.step_log, config.schedule,
                                                                     config.batch_size, config.accumulate_grad_batches))

@@ -10,7 +10,7 @@ from .config import RESOLVED_KEY
 
 RESUME_MAY_DIFFER = frozenset({
     "output_dir", "checkpoint_every_n_steps", "num_workers", "accelerator", "compile", "keep_last_checkpoint",
-    "loggers", "progress_every_n_steps",
+    "loggers", "progress_every_n_steps", "export_hf",
     # where the data and task definitions lie may change; their content is compared (data_fingerprint, tasks)
     "data_dir", "task_defs",
 })
