@@ -293,3 +293,36 @@ def test_bad_input_exits_2_before_training(tmp_path, data_dir, tiny_encoder, mt_
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_smoke_test_says_so_first_and_the_report_has_chance(snli_sweep, data_dir):
+    from mtdnn.tasks.data import load_split
+    from mtdnn.tasks.taskdef import load_task_defs
+
+    out_dir, _ = snli_sweep
+    report = json.loads((out_dir / "results.json").read_text())
+    labels = [ex.label for ex in load_split(load_task_defs(GLUE)["snli"], "dev", data_dir).examples[:48]]
+    majority = max(set(labels), key=labels.count)
+    assert report["chance"]["value"] == pytest.approx(labels.count(majority) / 48)
+    assert report["smoke_test"] == ["only the first 48 of the 9842 evaluation examples were scored "
+                                    "(--limit-eval-examples)"]
+    md = (out_dir / "results.md").read_text()
+    assert md.splitlines()[2].startswith("**SMOKE TEST**, not a measurement: only the first 48")
+
+
+def test_an_encoder_from_a_limited_run_is_flagged(tmp_path, mt_run, caplog):
+    import shutil
+
+    from mtdnn.evaluation.transfer.encoders import resolve_encoder_spec
+    from mtdnn.evaluation.transfer.report import chance_level
+    from mtdnn.tasks.taskdef import load_task_defs
+
+    limited = tmp_path / "limited-run"
+    shutil.copytree(mt_run, limited)
+    (limited / "config.yaml").write_text("limit_train_examples: 64\nmax_steps: null\nlimit_eval_examples: 32\n")
+    task = load_task_defs(GLUE)["snli"]
+    encoder = resolve_encoder_spec("lim", str(limited), task, None)
+    assert encoder.limited == {"limit_train_examples": 64, "limit_eval_examples": 32}
+    assert resolve_encoder_spec("full", str(mt_run), task, None).limited == {}  # no config.yaml: nothing known
+    assert chance_level("mcc", [0, 1], ["a", "b"]) == {"value": 0.0, "what": "MCC of a constant prediction"}
+    assert chance_level("f1", [0, 1], ["a", "b"]) is None

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...errors import CheckpointError, ConfigError
-from ...fileio import read_safetensors
+from ...fileio import read_safetensors, read_yaml
 from ...tasks.taskdef import TaskDef
 
 
@@ -33,6 +33,9 @@ class Encoder:
     trained_on: dict[str, dict] = field(default_factory=dict)
     head_from: str | None = None
     head_state: dict | None = None
+    limited: dict = field(default_factory=dict)
+    """A run's settings that make it a smoke test rather than a trained encoder (``limit_train_examples``,
+    ``limit_eval_examples``, ``max_steps``, from its ``config.yaml``); empty otherwise."""
 
     @property
     def head(self) -> str:
@@ -147,7 +150,8 @@ def resolve_encoder_spec(label: str, spec: str, task: TaskDef, reuse_head: str |
         tasks = load_export_tasks(export)
         trained_on = {name: {"train": t.splits["train"].path if "train" in t.splits else None,
                              "description": t.description} for name, t in tasks.items()}
-        encoder = Encoder(label, spec, "run", str(export / "encoder"), export=export, trained_on=trained_on)
+        encoder = Encoder(label, spec, "run", str(export / "encoder"), export=export, trained_on=trained_on,
+                          limited=run_limits_of(export))
         if reuse_head:
             encoder.head_from = reuse_head
             encoder.head_state = reused_head_state(export, reuse_head, task)
@@ -170,6 +174,22 @@ def resolve_encoder_spec(label: str, spec: str, task: TaskDef, reuse_head: str |
             raise CheckpointError(f"{encoder.export}: --reuse-head {reuse_head}: the head's weights do not fit "
                                   f"this encoder ({err})") from None
     return encoder
+
+
+LIMIT_SETTINGS = ("limit_train_examples", "limit_eval_examples", "max_steps")
+
+
+def run_limits_of(export: Path) -> dict:
+    """The limits (:data:`LIMIT_SETTINGS` that are set) of the run whose export is ``export``, read from the run's
+    ``config.yaml`` beside it; empty for an export without its run, or a run without limits."""
+    config = export.parent / "config.yaml"
+    if export.name != "export" or not config.is_file():
+        return {}
+    try:
+        saved = read_yaml(config, CheckpointError, "run configuration")
+    except CheckpointError:
+        return {}
+    return {k: saved[k] for k in LIMIT_SETTINGS if isinstance(saved, dict) and saved.get(k)}
 
 
 def safe_name(label: str) -> str:

@@ -27,6 +27,22 @@ def summarise(values: list[float]) -> tuple[float, float | None]:
     return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None)
 
 
+def limits_text(limits: dict) -> str:
+    """``{"limit_train_examples": 64}`` -> ``--limit-train-examples 64``."""
+    return ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in limits.items())
+
+
+def chance_level(metric: str, labels: list[int], names: list[str]) -> dict | None:
+    """What a model without the input scores: for accuracy, always predicting the most frequent class of the
+    scored evaluation examples ``labels``; for MCC, 0. None for other metrics."""
+    if metric == "accuracy" and labels:
+        majority = max(set(labels), key=labels.count)
+        return {"value": labels.count(majority) / len(labels), "what": f"majority class ({names[majority]})"}
+    if metric == "mcc":
+        return {"value": 0.0, "what": "MCC of a constant prediction"}
+    return None
+
+
 def _pct(value: float | None) -> str:
     return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{100 * value:.1f}"
 
@@ -37,6 +53,8 @@ def render_markdown(report: dict) -> str:
     pool, evaluation = report["pool"], report["evaluation"]
     sizes = report["sizes"]
     lines = [f"# Few-shot transfer: {report['task']}", ""]
+    if report.get("smoke_test"):  # first, where `python -m mtdnn.transfer` prints it too
+        lines += ["**SMOKE TEST**, not a measurement: " + "; ".join(report["smoke_test"]) + ".", ""]
     spread = (f"mean ± sample standard deviation over {len(seeds)} seeds ({', '.join(map(str, seeds))})"
               if len(seeds) > 1 else f"one seed ({seeds[0]}), so no standard deviation")
     lines.append(f"{metric.capitalize()} (%) on the `{evaluation['split']}` split ({evaluation['examples']} examples), "
@@ -76,7 +94,8 @@ def render_markdown(report: dict) -> str:
 
 
 def plot_learning_curve(report: dict, path: Path) -> None:
-    """``learning_curve.png``: accuracy (%) against training examples, log x, one line per encoder.
+    """``learning_curve.png``: accuracy (%) against training examples, log x, one line per encoder; chance
+    (:func:`chance_level`) as a dashed line, and "SMOKE TEST" across the axes when the report has limits.
 
     Error bars are one sample standard deviation over seeds, drawn only when there is one (two or more seeds).
     Written to a temporary file beside ``path`` and renamed into place.
@@ -93,6 +112,13 @@ def plot_learning_curve(report: dict, path: Path) -> None:
         errors = None if any(r["std"] is None for r in rows) else [100 * r["std"] for r in rows]
         ax.errorbar(xs, ys, yerr=errors, marker="o", capsize=3 if errors else 0, label=enc["label"])
     sizes = [s["n_examples"] for s in report["sizes"]]
+    chance = report.get("chance")
+    if chance:
+        ax.axhline(100 * chance["value"], linestyle="--", color="gray", linewidth=1,
+                   label=f"chance: {chance['what']}")
+    if report.get("smoke_test"):  # limited evaluation or a limited encoder: say so on the figure itself
+        ax.text(0.5, 0.5, "SMOKE TEST", transform=ax.transAxes, ha="center", va="center", fontsize=28,
+                color="red", alpha=0.25, rotation=20)
     ax.set_xscale("log")
     ax.xaxis.set_major_locator(FixedLocator(sizes))
     ax.xaxis.set_minor_locator(NullLocator())
@@ -139,9 +165,13 @@ def build_report(task: TaskDef, args: TransferSpec, settings: TransferSettings, 
     if task.drop_labels:
         notes.append(f"Rows whose gold label is one of {task.drop_labels} (no gold label) are removed, as is standard: "
                      f"{pool_raw.dropped} from the pool's file, {eval_raw.dropped} from the evaluation file.")
+    smoke = []
     if eval_examples < len(eval_raw.examples):
-        notes.append(f"SMOKE TEST: only the first {eval_examples} of the {len(eval_raw.examples)} evaluation examples "
-                     "were scored (--limit-eval-examples).")
+        smoke.append(f"only the first {eval_examples} of the {len(eval_raw.examples)} evaluation examples were "
+                     "scored (--limit-eval-examples)")
+    smoke += [f"encoder {e.label} comes from a limited run ({limits_text(e.limited)}), not a trained one"
+              for e in encoders if e.limited]
+    notes += [f"SMOKE TEST: {reason}." for reason in smoke]
     notes.extend(args.note)
     results = {}
     for encoder in encoders:
@@ -167,7 +197,9 @@ def build_report(task: TaskDef, args: TransferSpec, settings: TransferSettings, 
                      "description": settings.describe(), "training_seed": "the seed index"},
         "max_length": task.max_length,
         "encoders": [{"label": e.label, "spec": e.spec, "kind": e.kind, "path": e.path, "head": e.head,
-                      "trained_on": e.trained_on} for e in encoders],
+                      "trained_on": e.trained_on, "limited": e.limited} for e in encoders],
+        "chance": chance_level(metric, [int(ex.label) for ex in eval_raw.examples[:eval_examples]], task.labels or []),
+        "smoke_test": smoke,
         "results": results, "notes": notes,
         "args": args.model_dump(),
     }

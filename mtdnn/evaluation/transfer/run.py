@@ -13,6 +13,7 @@ from ...tasks.subsets import check_sizes, sizes_from_fractions, stratified_order
 from ...tasks.taskdef import load_task_defs, select_tasks, shipped_task_defs
 from ...training.flags import check_lightning_flags
 from .encoders import parse_encoder_list, resolve_encoder_spec
+from .report import limits_text
 from .report import CURVE_PNG, RESULTS_JSON, RESULTS_MD, build_report, plot_learning_curve, render_markdown
 from .settings import SETTINGS
 from .spec import TransferSpec
@@ -67,6 +68,10 @@ def run_transfer(spec: TransferSpec) -> dict:
         for e in encoders:
             if e.kind != "run":
                 log.warning("--reuse-head: %s is not a run of this toolkit; it starts from a fresh head", e.label)
+    for e in encoders:
+        if e.limited:
+            log.warning("--encoders %s: %s was a limited run (%s): a smoke test, not a trained encoder; its transfer "
+                        "results say little", e.label, e.spec, limits_text(e.limited))
     seeds = list(range(spec.seeds))
     orders = {seed: stratified_order(pool_labels, seed) for seed in seeds}
     out_dir = Path(spec.output_dir) if spec.output_dir else Path("runs") / f"transfer-{task.name}"
