@@ -10,9 +10,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 from cli_options import option_sets  # noqa: E402
 
 FIXTURE = Path(__file__).parent / "fixtures" / "cli_options.json"
-# options added since the fixture was taken (issue 25: --print-config, distill --resume; issue 26: the progress lines)
+# options added since the fixture was taken (issue 25: --print-config, distill --resume; issue 26: the progress
+# lines, --no-export-hf, evaluate and predict --file)
 ADDED = {"train": [["--print-config"], ["--progress-every-n-steps"], ["--export-hf", "--no-export-hf"]],
-         "distill": [["--resume"]]}
+         "distill": [["--resume"]], "evaluate": [["--file"]], "predict": [["--file"]]}
 
 
 def test_every_command_keeps_its_options():

@@ -399,3 +399,37 @@ def test_no_export_hf_writes_the_toolkits_export_only(tmp_path, data_dir, tiny_e
     assert meta["huggingface"] == {} and meta["toolkit_only"] == {"rte": HF_OFF, "stsb": HF_OFF}
     model, _, tasks = load_export(path / "export")  # the toolkit's export loads as ever
     assert set(tasks) == {"rte", "stsb"}
+
+
+def test_evaluate_and_predict_a_file_the_task_definitions_do_not_name(run_dir, data_dir, tmp_path, capsys):
+    """--file: a labelled file in the task's own format, scored without adding a split to the definitions before
+    training (issue 26); the same rows as the dev split give the same scores and predictions."""
+    import shutil
+
+    held = tmp_path / "held-out" / "rte-copy.tsv"
+    held.parent.mkdir()
+    shutil.copy(data_dir / "glue" / "RTE" / "dev.tsv", held)
+    assert evaluate.main([str(run_dir), "--tasks", "rte", "--output", str(tmp_path / "dev.json")]) == 0
+    assert evaluate.main([str(run_dir), "--tasks", "rte", "--file", str(held), "--split", "heldout"]) == 0
+    written = run_dir / "eval-file-rte-copy.json"  # never eval-dev.json
+    dev, from_file = (json.loads(p.read_text()) for p in (tmp_path / "dev.json", written))
+    assert from_file["split"] == "heldout" and from_file["examples"] == {"rte": 277}
+    assert_scores_equal(from_file["tasks"], dev["tasks"])
+    capsys.readouterr()
+    assert predict.main([str(run_dir), "--task", "rte", "--split", "dev", "--format", "jsonl",
+                         "--output", str(tmp_path / "dev.jsonl")]) == 0
+    assert predict.main([str(run_dir), "--task", "rte", "--file", str(held), "--format", "jsonl",
+                         "--output", str(tmp_path / "file.jsonl")]) == 0
+    assert read_jsonl(tmp_path / "file.jsonl") == read_jsonl(tmp_path / "dev.jsonl")
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--file", "no/such/file.tsv"], "--file no/such/file.tsv: no such file"),
+    (["--tasks", "rte,stsb", "--file", "{held}"], "--file: scores one task; --tasks names 2"),
+    (["--file", "{held}"], "has several tasks (rte, stsb); name one with --tasks"),
+])
+def test_evaluate_file_refuses_bad_input_with_exit_2(run_dir, tmp_path, capsys, extra, message):
+    held = tmp_path / "held.tsv"
+    held.write_text("index\tsentence1\tsentence2\tlabel\n0\ta\tb\tentailment\n")
+    code, err = exit_code_and_error(evaluate, [run_dir, *[a.format(held=held) for a in extra]], capsys)
+    assert code == 2 and message in err

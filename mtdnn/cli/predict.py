@@ -11,7 +11,10 @@ import sys
 from ..errors import ConfigError, RawHelpFormatter, run_cli
 from ..evaluation import predict as library
 from ..fileio import prepare_output_path, remove_stale_temporaries, write_atomic
+from ..evaluation.evaluate import check_file, with_file_split
 from .common import add_inference_args, setup_logging
+
+FILE_SPLIT = "file"  # the split name of --file
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,6 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--split", help="a split of the task definition, read from the data root (e.g. test)")
     source.add_argument("--text", nargs="+", metavar="TEXT", help="one example: one text, or a pair")
     source.add_argument("--input", metavar="FILE", help="tsv or jsonl examples, one per line; - reads stdin")
+    source.add_argument("--file", metavar="PATH", help="a file in the task's own format (the parsing settings of "
+                                                       "its dev split), as if it were a split named 'file'")
     p.add_argument("--input-format", choices=["auto", "tsv", "jsonl"], default="auto",
                    help="auto: jsonl for *.jsonl files or lines starting with '{', else tsv")
     p.add_argument("--format", choices=["tsv", "jsonl", "glue"], default=None,
@@ -41,10 +46,14 @@ def main(argv: list[str] | None = None) -> int:
     from ..tasks.tokenized import tokenize_examples, tokenized_split
     from ..training.inference import load_model
 
+    file = check_file(args.file)  # before the model is loaded
     loaded = load_model(args.model, args.checkpoint, args.trust_remote_code)
     if args.task is None and len(loaded.tasks) > 1:
         raise ConfigError(f"--task: {loaded.model_dir} has several tasks ({', '.join(loaded.tasks)}); name one")
     task = loaded.task(args.task or next(iter(loaded.tasks)))
+    if file is not None:  # the file as a split of the task, read with its directory as the data root
+        task = loaded.tasks[task.name] = with_file_split(task, file, FILE_SPLIT)
+        args.split, args.data_dir = FILE_SPLIT, str(file.parent)
     if task.kind.read_file is not None:  # token-level types: words and entities, answers over windows
         # keeps torch out of import time
         from ..evaluation.token_predict import predict_token_task

@@ -19,6 +19,8 @@ from pathlib import Path
 from ..errors import ConfigError, DataError
 from ..fileio import prepare_output_path
 from ..modeling.scores import float32_digits, rounded_scores
+from ..tasks.splits import SplitSpec
+from ..tasks.taskdef import TaskDef
 
 log = logging.getLogger("mtdnn.evaluate")
 
@@ -51,6 +53,44 @@ def evaluation_splits(loaded, names: list[str] | None, split: str, data_dir: Pat
                             "evaluate needs a labelled split, use python -m mtdnn.predict for unlabelled ones")
         splits[name] = tokenized
     return splits
+
+
+FILE_FORMATS = {".jsonl": "jsonl", ".csv": "csv", ".json": "squad", ".txt": "conll", ".conll": "conll"}
+"""Format by extension, for a ``--file`` of a task whose splits all come from elsewhere (the hub, carves)."""
+
+
+def check_file(path: str | None) -> Path | None:
+    """``--file``: an existing file, checked before any model is loaded.
+
+    Raises:
+        DataError: no such file (or a directory).
+    """
+    if path is None:
+        return None
+    file = Path(path)
+    if not file.is_file():
+        raise DataError(f"--file {path}: no such file" + (" (a directory)" if file.is_dir() else ""))
+    return file.resolve()
+
+
+def with_file_split(task: TaskDef, file: Path, split: str) -> TaskDef:
+    """``task`` with one more split, ``split``, read from ``file`` in the task's own format: the parsing settings of
+    its first split read from a file (dev, test, train, then any; their format, header, columns, quoting,
+    encoding, id column), else the format of ``file``'s extension. The split's path is the file's name: read it with
+    the file's directory as the data root.
+
+    Raises:
+        ConfigError: the split settings do not validate (naming the file and task).
+    """
+    order = [s for s in ("dev", "test", "train") if s in task.splits] + list(task.splits)
+    template = next((task.splits[s] for s in order if task.splits[s].path), None)
+    fields = (template.model_dump(exclude={"path", "hub", "carve", "folds"}, exclude_unset=True)
+              if template is not None else {"format": FILE_FORMATS.get(file.suffix.lower(), "tsv")})
+    try:
+        spec = SplitSpec.model_validate({**fields, "path": file.name})
+    except ValueError as err:
+        raise ConfigError(f"--file {file}: task '{task.name}': {err}") from None
+    return task.model_copy(update={"splits": {**task.splits, split: spec}})
 
 
 def check_output_path(output: str | None) -> None:
