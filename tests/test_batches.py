@@ -133,6 +133,9 @@ def test_each_type_builds_its_head_and_its_loss_trains_it(tasks, tokenizer, tiny
     the head's outputs is a finite scalar whose gradient reaches the head."""
     model = MultiTaskModel(load_encoder(tiny_encoder), dict(tasks))
     assert {tasks[name].head_type for name in tasks} == {"linear", "san", "token", "span", "mlm"}
+    # only heads that read a pooled vector get a pooling (issue 26: token-level tasks recorded one they never used)
+    assert {n: t.head.pooling for n, t in model.tasks.items()} == {
+        "pair": "pooler", "rank": "pooler", "score": "pooler", "ner": None, "qa": None, "mlm": None}
     for name in sorted(tasks):
         task, split, batch = _batch(tasks, tokenizer, name)
         for epoch in range(20):  # the mask depends on the epoch: one with a masked token for the MLM loss

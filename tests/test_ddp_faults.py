@@ -113,7 +113,7 @@ def test_resolve_reexports_is_global_zero():
 COUNTING_MAIN = """
 import os, sys, runpy
 from pathlib import Path
-import mtdnn.training.runs as runs, mtdnn.training.pipeline as pipeline
+import mtdnn.training.pipeline as pipeline
 record = Path(os.environ["WRITERS_FILE"])
 def counted(name, fn):
     def wrapper(*args, **kwargs):
@@ -121,7 +121,7 @@ def counted(name, fn):
             f.write(f"{name} {os.environ['SLURM_PROCID']}\\n")
         return fn(*args, **kwargs)
     return wrapper
-runs.prepare_run_dir = counted("prepare_run_dir", runs.prepare_run_dir)
+pipeline.prepare_run_dir = counted("prepare_run_dir", pipeline.prepare_run_dir)  # where execute calls it
 pipeline.write_yaml_atomic = counted("write_config", pipeline.write_yaml_atomic)
 sys.argv = ["mtdnn.train", *sys.argv[1:]]
 runpy.run_module("mtdnn.train", run_name="__main__")

@@ -179,3 +179,20 @@ def test_a_changed_computation_with_the_same_parameters_is_not_approximated(tiny
     model.encoder.pooler.activation = torch.nn.GELU()
     conversion = convert_task(model, tasks["nli"])
     assert conversion.model is None and "computes other outputs" in conversion.reason
+
+
+
+def test_each_type_without_a_hugging_face_form_says_why_in_its_own_words():
+    from mtdnn.tasks.types import TASK_TYPES
+    from mtdnn.training.hf_export import convert_task
+
+    reasons = {name: kind.no_hf_model for name, kind in TASK_TYPES.items() if kind.hf_classifier is None}
+    assert set(reasons) == {"ranking", "sequence_labelling", "span_extraction", "mlm"}
+    assert len(set(reasons.values())) == 4  # NER and SQuAD no longer get ranking's text
+    assert "AutoModelForTokenClassification" in reasons["sequence_labelling"]
+    assert "AutoModelForQuestionAnswering" in reasons["span_extraction"]
+
+    class Named:  # convert_task reads the type's reason before anything else of the task
+        name, type, kind = "ner", "sequence_labelling", TASK_TYPES["sequence_labelling"]
+
+    assert convert_task(None, Named()).reason == f"sequence_labelling head: {reasons['sequence_labelling']}"

@@ -77,7 +77,8 @@ def default_pooling(encoder: nn.Module) -> str:
 
 
 def resolve_pooling(tasks: dict[str, TaskDef], encoder: nn.Module) -> dict[str, TaskDef]:
-    """``tasks`` with every unset ``head.pooling`` replaced by :func:`default_pooling` of ``encoder``.
+    """``tasks`` with every unset ``head.pooling`` replaced by :func:`default_pooling` of ``encoder`` (tasks of a type
+    whose head pools, ``TaskKind.pools``; the others keep theirs, unset).
 
     Raises:
         ConfigError: a task asks for ``pooler`` and the encoder has none (naming the task and encoder).
@@ -85,6 +86,9 @@ def resolve_pooling(tasks: dict[str, TaskDef], encoder: nn.Module) -> dict[str, 
     chosen = default_pooling(encoder)
     resolved = {}
     for name, task in tasks.items():
+        if not task.kind.pools:  # token-level and MLM heads read every piece: no pooling to choose
+            resolved[name] = task
+            continue
         if task.head.pooling == "pooler" and not has_pooler(encoder):
             raise ConfigError(f"task '{name}', field 'head.pooling': 'pooler' but the encoder "
                               f"({type(encoder).__name__}) has no pooler; use {' or '.join(dict.fromkeys([chosen, 'cls', 'mean']))}"

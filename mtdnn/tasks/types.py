@@ -88,7 +88,10 @@ class TaskKind(ABC):
             labelling).
         ranks_candidates: one of the ``candidates`` columns per example (ranking).
         predicts_scores: one real-valued score per example (regression).
-        hf_classifier: how the head exports as a ``*ForSequenceClassification`` model; None: it cannot.
+        hf_classifier: how the head exports as a ``*ForSequenceClassification`` model; None: it cannot, and
+            ``no_hf_model`` says why (in the export's ``toolkit_only``).
+        pools: whether the head reads a pooled sequence vector (``head.pooling``); token-level and MLM heads read
+            every piece, so their tasks get no pooling, none is logged or recorded.
         raw_fields: for the types that read whole files, the fields of one raw example given to ``mtdnn.predict``
             (the other types' are their ``text`` and ``candidates`` columns); ``prediction_unit``: what their
             predictions are made of (``entities`` of words, ``answers`` over windows).
@@ -124,6 +127,8 @@ class TaskKind(ABC):
     ranks_candidates: ClassVar[bool] = False
     predicts_scores: ClassVar[bool] = False
     hf_classifier: ClassVar[HfClassifier | None] = None
+    no_hf_model: ClassVar[str] = "its head has no Hugging Face *ForSequenceClassification form"
+    pools: ClassVar[bool] = True
     raw_fields: ClassVar[tuple[str, ...] | None] = None
     prediction_unit: ClassVar[Literal["entities", "answers"] | None] = None
 

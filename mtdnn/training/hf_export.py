@@ -90,8 +90,7 @@ def convert_task(model: MultiTaskModel, task: TaskDef) -> Conversion:
     """
 
     if task.kind.hf_classifier is None:
-        return Conversion(task.name, reason=f"{task.type} head: one score per candidate of a group, which "
-                                            "*ForSequenceClassification (one sequence, fixed labels) cannot express")
+        return Conversion(task.name, reason=f"{task.type} head: {task.kind.no_hf_model}")
     if task.head_type != "linear":
         return Conversion(task.name, reason=f"head type '{task.head_type}': not a linear layer on the pooled output, "
                                             "which is all a *ForSequenceClassification head is")

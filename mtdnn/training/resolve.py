@@ -87,6 +87,8 @@ def log_pooling(asked: dict[str, TaskDef], model) -> dict[str, TaskDef]:
     """
     family = getattr(model.encoder.config, "model_type", type(model.encoder).__name__)
     for name, task in model.tasks.items():
+        if not task.kind.pools:  # token-level and MLM heads: no pooling used, none logged
+            continue
         how = f"chosen for the {family} encoder" if asked[name].head.pooling is None else "set by the task"
         log.info("task '%s': head.pooling %s (%s)", name, task.head.pooling, how)
     return dict(model.tasks)

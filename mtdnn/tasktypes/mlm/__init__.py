@@ -89,6 +89,8 @@ class Mlm(TaskKind):
     name = "mlm"
     heads = ("mlm",)
     losses = ("mlm_cross_entropy",)
+    pools = False
+    no_hf_model = "an auxiliary masked-language-model head, trained beside the tasks, not a model to serve"
     metrics = ("masked_accuracy", "masked_loss")
     default_metrics = ("masked_accuracy", "masked_loss")
     labelled = False

@@ -292,6 +292,8 @@ class Ranking(SentenceType):
     name = "ranking"
     heads = ("linear",)
     losses = ("ranking_cross_entropy",)
+    no_hf_model = ("one score per candidate of a group, which *ForSequenceClassification (one sequence, fixed "
+                   "labels) cannot express")
     metrics = ("accuracy",)
     default_metrics = ("accuracy",)
     soft_targets = "probabilities"

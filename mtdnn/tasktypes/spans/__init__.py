@@ -40,6 +40,9 @@ class SpanExtraction(TaskKind):
     name = "span_extraction"
     heads = ("span",)
     losses = ("span_cross_entropy",)
+    pools = False
+    no_hf_model = ("start and end logits per piece: an AutoModelForQuestionAnswering folder is not written yet; "
+                   "serve it with python -m mtdnn.predict (answers over windows)")
     metrics = SPAN_METRICS
     default_metrics = SPAN_METRICS
     soft_targets = "probabilities"

@@ -41,6 +41,9 @@ class SequenceLabelling(TaskKind):
     name = "sequence_labelling"
     heads = ("token",)
     losses = ("token_cross_entropy", "token_cross_entropy_per_piece")
+    pools = False
+    no_hf_model = ("a tag per piece: an AutoModelForTokenClassification folder is not written yet; serve it with "
+                   "python -m mtdnn.predict (entities of words)")
     metrics = TAGGING_METRICS
     default_metrics = TAGGING_METRICS
     soft_targets = "probabilities"
