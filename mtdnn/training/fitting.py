@@ -81,8 +81,6 @@ def fit_plan(plan: Plan, extra_callbacks: list) -> Result:
         trainer.fit(plan.module, datamodule=plan.datamodule)
         return Result(None, plan.module, trainer)
 
-
-
     config, run_dir, module = plan.config, plan.run_dir, plan.module
     last_path = run_dir / CHECKPOINT_DIR / "last.ckpt"
     # best.ckpt by the dev average (saved after each dev evaluation); last.ckpt at every epoch end, listed after
