@@ -39,7 +39,9 @@ class _ContinuedWriter(ExperimentWriter):
         with path.open(newline="", encoding="utf-8") as f:
             reader = csv.DictReader(f)
             keys, rows = list(reader.fieldnames or []), list(reader)
-        kept = [r for r in rows if not r.get("step") or int(float(r["step"])) < self.resume_step]
+        # every row's step is the optimizer steps done when it was logged (the module logs it with the dev scores
+        # and the epoch's losses): rows up to the checkpoint's step describe work it holds; later ones come again
+        kept = [r for r in rows if not r.get("step") or int(float(r["step"])) <= self.resume_step]
         if len(kept) != len(rows):  # rows logged after the checkpoint are logged again by the resumed run
             text = _csv_text(keys, kept)
             write_atomic(path, text)

@@ -62,6 +62,10 @@ class MultiTaskModule(pl.LightningModule):
     def forward(self, batch: dict) -> torch.Tensor:
         return self.model(batch.task, batch.input_ids, batch.attention_mask, batch.token_type_ids, batch.head_inputs)
 
+    def on_train_epoch_end(self) -> None:
+        # the epoch row's step in metrics.csv: the optimizer steps done, as the dev rows' (Lightning's is one less)
+        self.log("step", float(self.global_step), on_step=False, on_epoch=True)
+
     def on_train_epoch_start(self) -> None:
         sampler = getattr(self.trainer.datamodule, "train_sampler", None)
         if sampler is not None:
