@@ -78,17 +78,19 @@ def module_name(path: Path) -> str:
     return ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__")
 
 
-def _executed_nodes(tree: ast.AST):
+def _executed_nodes(tree: ast.AST, skip_functions: bool = False):
     """Every node of ``tree`` except those under ``if TYPE_CHECKING:`` (annotations only: never imported when the
-    code runs, so they cannot form an import cycle)."""
+    code runs, so they cannot form an import cycle); with ``skip_functions``, also none inside a function."""
     for child in ast.iter_child_nodes(tree):
+        if skip_functions and isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            continue
         if isinstance(child, ast.If) and getattr(child.test, "id", getattr(child.test, "attr", None)) == "TYPE_CHECKING":
             for other in child.orelse:
                 yield other
-                yield from _executed_nodes(other)
+                yield from _executed_nodes(other, skip_functions)
             continue
         yield child
-        yield from _executed_nodes(child)
+        yield from _executed_nodes(child, skip_functions)
 
 
 def module_edges(path: Path, modules: set[str]) -> set[str]:
@@ -199,16 +201,7 @@ def _is_heavy_external(name: str) -> bool:
 
 def _module_level_nodes(tree: ast.AST):
     """The nodes that run when the module is imported: not inside a function, not under ``if TYPE_CHECKING:``."""
-    for child in ast.iter_child_nodes(tree):
-        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-            continue
-        if isinstance(child, ast.If) and getattr(child.test, "id", getattr(child.test, "attr", None)) == "TYPE_CHECKING":
-            for other in child.orelse:
-                yield other
-                yield from _module_level_nodes(other)
-            continue
-        yield child
-        yield from _module_level_nodes(child)
+    return _executed_nodes(tree, skip_functions=True)
 
 
 def _targets(node: ast.Import | ast.ImportFrom, package: str, modules: set[str]) -> list[str]:
