@@ -10,6 +10,7 @@ import logging
 import math
 import os
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -20,6 +21,7 @@ import pytorch_lightning.strategies.launchers.subprocess_script as pl_launcher
 import torch
 from pytorch_lightning.trainer.connectors.signal_connector import _SignalConnector
 
+from ..errors import SIGTERM_EXIT_CODE
 from .rng import save_rank_rng
 
 log = logging.getLogger("mtdnn.train")
