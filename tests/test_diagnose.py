@@ -336,7 +336,12 @@ def test_partial_input_trains_through_the_trainer_beside_majority_and_full(data_
     config = yaml.safe_load((out / "hypothesis-only-seed1" / "config.yaml").read_text())
     assert config["resolved"]["tasks"]["rte"]["text"] == ["sentence2"]  # the run itself read one column
     assert 0 <= result["variants"]["full"]["dev"]["mean"] <= 1 and (out / "diagnose-partial-input.png").is_file()
-    assert "majority class" in capsys.readouterr().out
+    # glue.yaml's RTE has a SAN head, which needs a pair: both variants train the linear head, and say so
+    full = yaml.safe_load((out / "full-seed1" / "config.yaml").read_text())["resolved"]["tasks"]["rte"]
+    assert config["resolved"]["tasks"]["rte"]["head"].get("type") is None and full["head"].get("type") is None
+    assert "SAN head" in result["head_note"]
+    printed = capsys.readouterr().out
+    assert "majority class" in printed and "Note: task 'rte' has a SAN head" in printed
 
 
 # ----------------------------------------------------------------------------------------------- report

@@ -278,7 +278,7 @@ def test_cached_outputs_are_the_members_logits_by_example_id(world):
     for row in (0, 17, 95):  # one example at a time: no padding, no batch order
         batch = collate([split[row]], tasks["rte"], tokenizer.pad_token_id)
         with torch.no_grad():
-            logits = model("rte", batch.input_ids, batch.attention_mask, batch.token_type_ids)
+            logits = model("rte", batch.input_ids, batch.attention_mask, batch.token_type_ids, batch.head_inputs)
         assert np.allclose(outputs[ids.index(split.ids[row])], logits[0].numpy(), atol=1e-5)
     _, stsb, _ = soft_targets.read_outputs(world["teachers"] / "stsb" / "logits" / "member-2-dev")
     assert stsb.shape == (SLICES["glue/STS-B/dev.tsv"], 1)

@@ -377,17 +377,18 @@ def test_an_export_truncates_as_its_run_did(tmp_path, data_dir, tiny_encoder, ca
     from transformers import AutoTokenizer
 
     path = tmp_path / "short"
-    assert train.main([GLUE, "--tasks", "rte", "--data-dir", str(data_dir), "--encoder", tiny_encoder,
+    assert train.main([GLUE, "--tasks", "rte,cola", "--data-dir", str(data_dir), "--encoder", tiny_encoder,
                        "--limit-train-examples", "32", "--batch-size", "16", "--max-epochs", "1", "--max-length", "24",
                        "--accelerator", "cpu", "--output-dir", str(path)]) == 0
     tasks = yaml.safe_load((path / "export" / "tasks.yaml").read_text())["tasks"]
-    assert tasks["rte"]["max_length"] == 24
-    assert AutoTokenizer.from_pretrained(path / "export" / "hf" / "rte").model_max_length == 24
+    assert tasks["rte"]["max_length"] == tasks["cola"]["max_length"] == 24
+    # RTE's SAN head has no Hugging Face folder; CoLA's linear head has one, whose tokenizer truncates at 24
+    assert AutoTokenizer.from_pretrained(path / "export" / "hf" / "cola").model_max_length == 24
     assert evaluate.main([str(path), "--output", str(tmp_path / "run.json")]) == 0
     assert evaluate.main([str(path / "export"), "--output", str(tmp_path / "export.json")]) == 0
     run, export = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("run", "export"))
     assert_scores_equal(export["tasks"], run["tasks"])
-    assert run["examples"] == export["examples"] == {"rte": 277}
+    assert run["examples"] == export["examples"] == {"rte": 277, "cola": 1043}
 
 
 

@@ -317,3 +317,49 @@ def test_import_mtdnn_and_every_help_import_no_torch():
         done = subprocess.run([sys.executable, "-c", code, f"mtdnn.{command}"], capture_output=True, text=True,
                               cwd=PACKAGE.parent, timeout=120)
         assert done.returncode == 0, f"mtdnn.{command} --help: {done.stderr[-2000:]}"
+
+
+def test_refused_training_inputs_fail_before_torch_is_imported(tmp_path):
+    """Issue 26 part 7: an unknown task, a missing data root or task file and an output directory that is not a
+    run are refused (exit 2, naming what is wrong) before torch is imported, so in well under a second rather than
+    the several seconds the trainer's imports take; a bad Lightning flag is judged by Lightning (imported for
+    it alone), still before the trainer, the tokenizer and the model."""
+    import subprocess
+    import sys
+
+    data = tmp_path / "data"
+    (data / "glue" / "RTE").mkdir(parents=True)  # a data root without RTE's files
+    full = tmp_path / "full"
+    (full / "glue" / "RTE").mkdir(parents=True)
+    for split in ("train", "dev"):
+        (full / "glue" / "RTE" / f"{split}.tsv").write_text("index\tsentence1\tsentence2\tlabel\n0\ta\tb\tentailment\n")
+    other = tmp_path / "notes"
+    other.mkdir()
+    (other / "todo.txt").write_text("not a run\n")
+    glue = str(PACKAGE.parent / "task_defs" / "glue.yaml")
+    code = ("import sys\nfrom mtdnn.cli import train\ncode = train.cli() if False else None\n"
+            "from mtdnn.errors import run_cli\ntry:\n    run_cli(train.main, sys.argv[1:])\n"
+            "except SystemExit as e:\n    code = e.code\n"
+            "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'pytorch_lightning', "
+            "'transformers', 'datasets')) + sorted(m for m in sys.modules if m == 'mtdnn.training.trainer')\n"
+            "print('heavy:', heavy)\nsys.exit(code)\n")
+    cases = {
+        "unknown task": ([glue, "--tasks", "nosuch", "--data-dir", str(data)], "no task named nosuch"),
+        "missing data root": ([glue, "--tasks", "rte", "--data-dir", str(tmp_path / "none")], "does not exist"),
+        "missing task file": ([glue, "--tasks", "rte", "--data-dir", str(data)], "RTE/train.tsv"),
+        "not a run directory": ([glue, "--tasks", "rte", "--data-dir", str(data), "--output-dir", str(other)],
+                                str(other)),
+        "bad Lightning flag": ([glue, "--tasks", "rte", "--data-dir", str(full), "--output-dir", str(tmp_path / "run"),
+                                "--accelerator", "gpu"], "--accelerator gpu"),
+    }
+    for name, (args, expected) in cases.items():
+        done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                              cwd=tmp_path, timeout=120)
+        assert done.returncode == 2, f"{name}: {done.returncode} {done.stderr[-1500:]}"
+        assert expected in done.stderr, f"{name}: {done.stderr[-1500:]}"
+        heavy = {m.split(".")[0] for m in eval(done.stdout.split("heavy: ", 1)[1])}
+        assert "mtdnn.training.trainer" not in done.stdout, name  # never the trainer, the tokenizer or a model
+        if "Lightning" in name:
+            assert "pytorch_lightning" in heavy, name
+        else:
+            assert heavy == set(), f"{name}: {heavy}"

@@ -8,7 +8,6 @@ checkpoint; a diverging run then exits non-zero, writes no metrics.json and keep
 before the divergence.
 """
 
-import json
 from pathlib import Path
 
 import pytest
@@ -24,7 +23,8 @@ GLUE = str(ROOT / "task_defs" / "glue.yaml")
 
 
 def tiny_module_and_batches(encoder: str, steps: int):
-    """A one-task (RTE) MultiTaskModule and ``steps`` random batches of 8 rows, as the scheduled loader gives them."""
+    """A one-task (RTE: glue.yaml's SAN head) MultiTaskModule and ``steps`` random batches of 8 rows, as the
+    scheduled loader gives them (with SAN's ``sequence_ids``: premise, hypothesis, -1 on [CLS] and padding)."""
     from mtdnn.tasks.batch import Batch
     from mtdnn.tasks.taskdef import load_task_defs
     from mtdnn.training.module import MultiTaskModule
@@ -37,9 +37,14 @@ def tiny_module_and_batches(encoder: str, steps: int):
         ids = torch.randint(1000, 2000, (8, 24))
         mask = torch.ones_like(ids)
         mask[4:, 16:] = 0
+        sequence_ids = torch.zeros_like(ids)
+        sequence_ids[:, 10:] = 1
+        sequence_ids[:, 0] = -1
+        sequence_ids[mask == 0] = -1
+        head_inputs = {"sequence_ids": sequence_ids} if task.head_type == "san" else {}
         batches.append(Batch(task="rte", input_ids=ids, attention_mask=mask, token_type_ids=torch.zeros_like(ids),
                              idx=torch.arange(8), labels=torch.randint(0, 2, (8,)), weight=torch.ones(8), examples=8,
-                             global_examples=8))
+                             global_examples=8, head_inputs=head_inputs))
     return module, torch.utils.data.DataLoader(batches, batch_size=None)
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from mtdnn.errors import run_cli
 from mtdnn.train import main
@@ -64,15 +65,23 @@ def test_ddp_two_processes_equal_one(tmp_path, data_dir, tiny_encoder, monkeypat
     env = {**os.environ, "MTDNN_TRACE_DIR": str(tmp_path / "trace-ddp"), "OMP_NUM_THREADS": "1",
            "MTDNN_DATA_DIR": str(data_dir), "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests" / "plugins")])}
     # Classification tasks: a tiny random encoder's STS-B scores are nearly constant, so its Pearson moves by
-    # 1e-6 with the 1e-8 float noise of a different gradient summation order; counts do not.
+    # 1e-6 with the 1e-8 float noise of a different gradient summation order; counts do not. RTE and MRPC have
+    # glue.yaml's SAN head, with its random step dropout off (as --dropout 0 turns the other dropout off): each
+    # rank draws from its own generator, so no random mask is the same on two ranks as on one process.
+    doc = yaml.safe_load(Path(GLUE).read_text())
+    for name in ("rte", "mrpc"):
+        assert doc["tasks"][name]["head"]["type"] == "san"
+        doc["tasks"][name]["head"]["step_dropout"] = 0.0
+    defs = tmp_path / "glue-san-no-step-dropout.yaml"
+    defs.write_text(yaml.safe_dump(doc))
     common = ("--dropout", "0", "--tasks", "rte,mrpc", *features)
-    cmd = [sys.executable, "-m", "mtdnn.train",
-           *args_for(ddp_run, data_dir, tiny_encoder, *common, "--devices", "2", "--strategy", "ddp")]
+    cmd = [sys.executable, "-m", "mtdnn.train", str(defs),
+           *args_for(ddp_run, data_dir, tiny_encoder, *common, "--devices", "2", "--strategy", "ddp")[1:]]
     done = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
 
     monkeypatch.setenv("MTDNN_TRACE_DIR", str(tmp_path / "trace-single"))
-    assert main(args_for(single_run, data_dir, tiny_encoder, *common, "--devices", "1")) == 0
+    assert main([str(defs), *args_for(single_run, data_dir, tiny_encoder, *common, "--devices", "1")[1:]]) == 0
 
     rank0, rank1 = (read_trace(tmp_path / "trace-ddp" / f"trace-rank{r}.jsonl") for r in (0, 1))
     single = read_trace(tmp_path / "trace-single" / "trace-rank0.jsonl")

@@ -71,7 +71,7 @@ def test_export_round_trip_matches_the_best_checkpoint(two_task_run, data_dir):
     split = tokenized_split(tasks["rte"], "dev", data_dir, tokenizer)
     batch = collate([split[i] for i in range(8)], tasks["rte"], tokenizer.pad_token_id)
     with torch.no_grad():
-        exported = model("rte", batch.input_ids, batch.attention_mask, batch.token_type_ids)
+        exported = model("rte", batch.input_ids, batch.attention_mask, batch.token_type_ids, batch.head_inputs)
         original = module(batch)
     assert torch.allclose(exported, original, atol=1e-6)
     encoder = AutoModel.from_pretrained(two_task_run / "export" / "encoder")

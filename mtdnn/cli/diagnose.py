@@ -33,6 +33,7 @@ from ..evaluation.diagnostics.hans import (
 from ..evaluation.diagnostics.hans_file import DEFAULT_HANS, open_hans
 from ..evaluation.diagnostics.outputs import check_diagnose_dir, claim_diagnose_dir
 from ..fileio import write_atomic, write_json_atomic
+from ..tasks.reading import resolve_data_dir
 from ..tasks.taskdef import load_task_defs, select_tasks, shipped_task_defs
 from ..training.config import SEED_MAX
 from .common import add_trust_remote_code_arg, float_in, max_length_int, positive_int, task_list
@@ -170,9 +171,6 @@ def _cue_settings(args):
 
 
 def _hans(args) -> int:
-    # keeps torch out of import time
-    from ..tasks.data import resolve_data_dir
-
     if (args.model is None) == (args.rule is None):
         raise ConfigError("hans: give a MODEL (run or export) or --rule, not both and not neither")
     overrides = parse_label_map(args.label_map)
@@ -217,7 +215,6 @@ def _arct(args) -> int:
 def _cues(args) -> int:
     # keeps torch out of import time
     from ..evaluation.diagnostics.cues import cue_statistics, format_cue_tables
-    from ..tasks.data import resolve_data_dir
 
     task = _task_def(args.task, args.task_defs)
     data_dir = resolve_data_dir(args.data_dir)
@@ -241,7 +238,6 @@ def _partial(args) -> int:
         partial_input_baselines,
         write_partial_outputs,
     )
-    from ..tasks.data import resolve_data_dir
 
     task = _task_def(args.task, args.task_defs)
     for needed in ("train", "dev"):

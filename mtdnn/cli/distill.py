@@ -14,7 +14,9 @@ import sys
 from pathlib import Path
 
 from ..distillation.specs import TeacherSpec, load_spec
+from ..distillation.student_spec import StudentSpec
 from ..errors import HelpFormatter, Interrupted, run_cli
+from ..tasks.reading import resolve_data_dir
 from .common import setup_logging
 from .settings import add_trainer_args, lightning_settings
 from .teachers import add_common_args
@@ -49,18 +51,18 @@ def main(argv: list[str] | None = None) -> int:
     if len(args.specs) > 2:
         parser.error("give one or two specs: [TEACHERS_SPEC] STUDENT_SPEC")
     setup_logging()
-    # keeps torch out of import time
-    from ..distillation.student import REPORT_MD, StudentSpec, distill
-    from ..tasks.data import resolve_data_dir
-
     student_path = args.specs[-1]
     spec = load_spec(student_path, StudentSpec, "student")
     teacher_path = args.specs[0] if len(args.specs) == 2 else None
     teacher_spec = load_spec(teacher_path, TeacherSpec, "teacher") if teacher_path else None
+    data_dir = resolve_data_dir(args.data_dir)  # a bad data root fails before torch is imported
     if args.seeds is not None:
-        return _compare(args, spec, student_path, teacher_spec, teacher_path)
+        return _compare(args, spec, student_path, teacher_spec, teacher_path, data_dir)
+    # keeps torch out of import time
+    from ..distillation.student import REPORT_MD, distill
+
     try:
-        run = distill(spec, student_path, teacher_spec, teacher_path, data_dir=resolve_data_dir(args.data_dir),
+        run = distill(spec, student_path, teacher_spec, teacher_path, data_dir=data_dir,
                       from_run=args.from_run, teachers_dir=args.teachers_dir, output_dir=args.output_dir,
                       lightning=lightning_settings(args), overwrite=args.overwrite,
                       retrain_changed=args.retrain_changed, resume=args.resume)
@@ -74,16 +76,14 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _compare(args, spec, student_path: str, teacher_spec, teacher_path: str | None) -> int:
+def _compare(args, spec, student_path: str, teacher_spec, teacher_path: str | None, data_dir: Path) -> int:
     """``--seeds N``: build the teachers (with a teacher spec), then the paired comparison of the two arms."""
     # keeps torch out of import time
     from ..distillation import teachers
     from ..distillation.comparison import COMPARISON_MD, check_comparable, check_comparison_dir, run_comparison
-    from ..tasks.data import resolve_data_dir
 
     check_comparable(spec, student_path)  # before any teacher is built
     check_comparison_dir(spec, student_path, args.output_dir)
-    data_dir = resolve_data_dir(args.data_dir)
     teachers_dir = args.teachers_dir
     try:
         if teacher_spec is not None:

@@ -10,8 +10,8 @@ import sys
 
 from ..errors import ConfigError, RawHelpFormatter, run_cli
 from ..evaluation import predict as library
-from ..fileio import prepare_output_path, remove_stale_temporaries, write_atomic
 from ..evaluation.evaluate import check_file, with_file_split
+from ..fileio import prepare_output_path, remove_stale_temporaries, write_atomic
 from .common import add_inference_args, setup_logging
 
 FILE_SPLIT = "file"  # the split name of --file

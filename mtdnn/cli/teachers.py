@@ -7,6 +7,7 @@ import sys
 
 from ..distillation.specs import TeacherSpec, load_spec
 from ..errors import HelpFormatter, Interrupted, run_cli
+from ..tasks.reading import resolve_data_dir
 from ..training.config import validate_config
 from ..training.flags import check_trainer_flags
 from .common import setup_logging
@@ -35,17 +36,17 @@ def add_common_args(p: argparse.ArgumentParser) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging()
-    # keeps torch out of import time
-    from ..distillation.teachers import SUMMARY_MD, build
-    from ..tasks.data import resolve_data_dir
-
     spec = load_spec(args.spec, TeacherSpec, "teacher")
     lightning = lightning_settings(args)
-    # a bad Lightning flag fails here, not in the first member's run
+    # a bad Lightning flag or data root fails here, before torch is imported, not in the first member's run
     check_trainer_flags(validate_config({"task_defs": spec.task_defs, **lightning}, "command line", flags=True))
+    data_dir = resolve_data_dir(args.data_dir)
+    # keeps torch out of import time
+    from ..distillation.teachers import SUMMARY_MD, build
+
     try:
-        teacher_dir = build(spec, args.spec, resolve_data_dir(args.data_dir), args.from_run, args.teachers_dir,
-                            lightning, args.retrain_changed)
+        teacher_dir = build(spec, args.spec, data_dir, args.from_run, args.teachers_dir, lightning,
+                            args.retrain_changed)
     except (Interrupted, KeyboardInterrupt) as err:
         where = args.teachers_dir or spec.output_dir
         print(f"interrupted: rerun the same command to resume (complete members in {where} are kept)",

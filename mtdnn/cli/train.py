@@ -17,7 +17,7 @@ import sys
 from ..errors import ConfigError, HelpFormatter, RunStopped, run_cli
 from ..fileio import dump_yaml
 from ..training.config import EVALUATION, LIGHTNING, OPTIMISATION, SPEED, TrainConfig, load_config, validate_config
-from ..training.resolve import resolve_config
+from ..training.resolve import check_run, resolve_config
 from .common import setup_logging
 from .settings import LATE, add_settings, flag_fields, group_of
 
@@ -73,15 +73,19 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     setup_logging()
-    # keeps torch out of import time
-    from ..training.trainer import fit
-
     config = config_from_args(args)
     if getattr(args, "print_config", False):
         print(dump_yaml(resolve_config(config)[0].to_yaml_dict()), end="")
         return 0
+    overwrite, resume = getattr(args, "overwrite", False), getattr(args, "resume", False)
+    # task definitions, flags, data root, run directory and files: refused in well under a second, before the
+    # trainer (torch, Lightning: seconds) is imported; fit makes the same checks again for API callers
+    config = check_run(config, overwrite=overwrite, resume=resume)[0]
+    # keeps torch out of import time
+    from ..training.trainer import fit
+
     try:
-        run = fit(config, overwrite=getattr(args, "overwrite", False), resume=getattr(args, "resume", False))
+        run = fit(config, overwrite=overwrite, resume=resume)
     except RunStopped as err:
         print(f"{err.label}: {err}", file=sys.stderr)
         return err.exit_code

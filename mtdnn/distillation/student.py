@@ -31,8 +31,9 @@ from ..tasks.tokenized import check_max_length, tokenized_split
 from ..training import pipeline
 from ..training.config import TrainConfig
 from ..training.flags import check_trainer_flags
-from ..training.pipeline import check_positions, check_unfinished
+from ..training.pipeline import check_positions
 from ..training.resolve import config_is_global_zero, datamodule_for
+from ..training.rundirs import check_unfinished
 from ..training.runs import RUN_ENTRIES, Run, check_run_dir
 from . import piece_targets, teachers
 from .soft_targets import read_manifest, teacher_outputs

@@ -51,13 +51,11 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 def step_keep_mask(batch: int, steps: int, step_dropout: float, device: torch.device) -> torch.Tensor:
     """Stochastic prediction dropout: ``(batch, steps)`` bool, each step kept with probability 1 - ``step_dropout``,
-    and one step chosen uniformly at random kept in every row where none was (at least one kept per example)."""
-    keep = torch.rand(batch, steps, device=device) >= step_dropout
-    none = ~keep.any(dim=1)
-    if none.any():
-        forced = torch.randint(0, steps, (batch,), device=device)
-        keep[none, forced[none]] = True
-    return keep
+    and in every row where none was, the step of the row's largest draw (uniform over the steps, by symmetry), so
+    that at least one is kept per example. One ``rand`` draw and no data-dependent branch: no host sync."""
+    draws = torch.rand(batch, steps, device=device)
+    # the row's largest draw is >= step_dropout exactly when some step is kept: then it is kept already
+    return (draws >= step_dropout) | (draws == draws.amax(dim=1, keepdim=True))
 
 
 def average_steps(step_logits: torch.Tensor, keep: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:

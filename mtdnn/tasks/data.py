@@ -18,15 +18,25 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 import torch
 
 from ..errors import ConfigError, DataError
-from .reading import DATA_DIR_ENV, _build_examples, _file_digest, _file_path, _read_hub, _read_table, _source_digest  # noqa: F401
-from .rows import LABELLED_SPLITS, Example
+from .reading import (  # noqa: F401 - torch-free there (resolve_data_dir, check_files); re-exported for callers
+    DATA_DIR_ENV,
+    _build_examples,
+    _file_digest,
+    _file_path,
+    _read_hub,
+    _read_table,
+    _source_digest,
+    check_files,
+    resolve_data_dir,
+)
+from .rows import Example
 from .subsets import fold_assignment
-from .taskdef import SplitSpec, TaskDef
+from .taskdef import TaskDef
 
 log = logging.getLogger(__name__)
 
@@ -37,27 +47,6 @@ CACHE_VERSION = 2
 CACHE_RECORD = "mtdnn_cache.json"
 """The record of a tokenized-split cache entry: its key, task, split, row count, row ids' digest and the SHA-256
 of each of its files, checked when the entry is read (a mismatch rebuilds it)."""
-
-
-def resolve_data_dir(flag: str | None) -> Path:
-    """The data root: ``--data-dir``, else ``$MTDNN_DATA_DIR``, else ``../shared/data`` when it exists.
-
-    ``../shared/data`` is looked for beside the current directory first, then beside the source checkout.
-
-    Raises:
-        DataError: the chosen directory does not exist, or none was given and no default exists.
-    """
-    chosen = flag or os.environ.get(DATA_DIR_ENV)
-    if chosen:
-        path = Path(chosen).expanduser()
-        origin = "--data-dir" if flag else f"${DATA_DIR_ENV}"
-        if not path.is_dir():
-            raise DataError(f"{path}: data directory ({origin}) does not exist")
-        return path.resolve()
-    for candidate in (Path.cwd().parent / "shared" / "data", Path(__file__).resolve().parents[2] / "shared" / "data"):
-        if candidate.is_dir():
-            return candidate.resolve()
-    raise DataError(f"no data directory: pass --data-dir or set ${DATA_DIR_ENV} (../shared/data does not exist)")
 
 
 def cache_dir() -> Path:
@@ -206,17 +195,3 @@ def article_lists(tasks: dict, data_dir) -> dict[str, dict[str, list[str]]]:
             lists[name] = {split: list(dict.fromkeys(ex.title for ex in load_split(task, split, data_dir).examples))
                            for split in ("train", "dev") if split in task.splits}
     return lists
-
-
-def check_files(task: TaskDef, splits: Sequence[str], data_dir: Path) -> None:
-    """Fail early if a split is undefined or its file is missing (no parsing).
-
-    Raises:
-        DataError: naming the task, split and expected path.
-    """
-    for split in splits:
-        if split not in task.splits:
-            raise DataError(f"task '{task.name}' has no split '{split}' (splits: {', '.join(task.splits)})")
-        _source_digest(task, split, data_dir)
-
-

@@ -12,11 +12,12 @@ from __future__ import annotations
 import csv
 import json
 import logging
+import os
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
-from ..errors import ConfigError, DataError
+from ..errors import DataError
 from ..fileio import file_digest, quote_names, quote_prefix, undecodable_at
 from .rows import LABELLED_SPLITS, Example
 from .taskdef import SplitSpec, TaskDef
@@ -241,3 +242,36 @@ def _source_digest(task: TaskDef, split: str, data_dir: Path) -> str | None:
 def _by(carve) -> str:
     """The carve unit in a digest, only when not rows (so that row carves keep their cache keys)."""
     return "" if carve.by == "row" else f":by:{carve.by}"
+
+
+def resolve_data_dir(flag: str | None) -> Path:
+    """The data root: ``--data-dir``, else ``$MTDNN_DATA_DIR``, else ``../shared/data`` when it exists.
+
+    ``../shared/data`` is looked for beside the current directory first, then beside the source checkout.
+
+    Raises:
+        DataError: the chosen directory does not exist, or none was given and no default exists.
+    """
+    chosen = flag or os.environ.get(DATA_DIR_ENV)
+    if chosen:
+        path = Path(chosen).expanduser()
+        origin = "--data-dir" if flag else f"${DATA_DIR_ENV}"
+        if not path.is_dir():
+            raise DataError(f"{path}: data directory ({origin}) does not exist")
+        return path.resolve()
+    for candidate in (Path.cwd().parent / "shared" / "data", Path(__file__).resolve().parents[2] / "shared" / "data"):
+        if candidate.is_dir():
+            return candidate.resolve()
+    raise DataError(f"no data directory: pass --data-dir or set ${DATA_DIR_ENV} (../shared/data does not exist)")
+
+
+def check_files(task: TaskDef, splits: Sequence[str], data_dir: Path) -> None:
+    """Fail early if a split is undefined or its file is missing (no parsing).
+
+    Raises:
+        DataError: naming the task, split and expected path.
+    """
+    for split in splits:
+        if split not in task.splits:
+            raise DataError(f"task '{task.name}' has no split '{split}' (splits: {', '.join(task.splits)})")
+        _source_digest(task, split, data_dir)

@@ -264,6 +264,22 @@ TASK_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 refuses a ``.``), metrics, files and directories (``predict``'s outputs, teacher caches)."""
 
 
+RESERVED_TASK_NAMES = frozenset({
+    "T_destination", "add_module", "apply", "bfloat16", "buffers", "call_super_init", "children", "clear",
+    "compile", "cpu", "cuda", "double", "dump_patches", "eval", "extra_repr", "float", "forward", "get_buffer",
+    "get_extra_state", "get_parameter", "get_submodule", "half", "ipu", "items", "keys", "load_state_dict",
+    "modules", "mtia", "named_buffers", "named_children", "named_modules", "named_parameters", "parameters", "pop",
+    "register_backward_hook", "register_buffer", "register_forward_hook", "register_forward_pre_hook",
+    "register_full_backward_hook", "register_full_backward_pre_hook", "register_load_state_dict_post_hook",
+    "register_load_state_dict_pre_hook", "register_module", "register_parameter", "register_state_dict_post_hook",
+    "register_state_dict_pre_hook", "requires_grad_", "set_extra_state", "set_submodule", "share_memory",
+    "state_dict", "to", "to_empty", "train", "training", "type", "update", "values", "xpu", "zero_grad"
+})
+"""Attributes of torch's ``nn.ModuleDict`` (2.13) that a task name could spell: such a name cannot key a head.
+Listed here so that checking a task definition imports no torch; ``tests/test_taskdef.py`` checks the list
+against the installed torch."""
+
+
 def check_task_name(name: object, source: str) -> str:
     """``name`` if it is a valid task name (:data:`TASK_NAME`, and not an attribute of torch's ``ModuleDict``
     such as ``keys`` or ``training``, which cannot key a head).
@@ -277,10 +293,7 @@ def check_task_name(name: object, source: str) -> str:
         hint = (hint if hint[:1].isalpha() and hint.isascii() else f"task_{hint}".rstrip("_"))[:64]
         raise ConfigError(f"{source}: task {quote_prefix(text, 80)}: a task name is a letter followed by up to 63 "
                           f"letters, digits, '_' or '-' (no '.', '/' or spaces): rename it, e.g. {hint!r}")
-    # keeps torch out of import time
-    import torch.nn
-
-    if hasattr(torch.nn.ModuleDict(), text):
+    if text in RESERVED_TASK_NAMES:
         raise ConfigError(f"{source}: task '{text}': the name is reserved (an attribute of the model's head "
                           "container); rename the task")
     return text

@@ -36,13 +36,30 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class HfClassifier:
-    """How a type's linear head maps onto a Hugging Face ``*ForSequenceClassification`` model (one sequence in,
-    fixed outputs): its ``problem_type`` and whether it has one score (labelled ``score``, the HF logits
-    ``(n, 1)`` squeezed to the head's ``(n,)``) rather than one logit per ``labels`` entry."""
+class HfModel:
+    """How a type's head maps onto a Hugging Face task model, which ``transformers.pipeline`` serves as is.
 
-    problem_type: Literal["single_label_classification", "regression"]
-    one_score: bool
+    Attributes:
+        auto_class: the ``transformers`` class that builds the family's model: ``AutoModelForSequenceClassification``
+            (one sequence or pair in, fixed outputs), ``AutoModelForTokenClassification`` (a logit per tag on every
+            piece) or ``AutoModelForQuestionAnswering`` (start and end logits on every piece).
+        head: the toolkit head type that can equal the family's head (``linear``, ``token``, ``span``); another head
+            type of the task type (SAN) has no such form.
+        outputs: what the model's outputs are: ``labels``, one logit per ``labels`` entry (``id2label``);
+            ``score``, one output labelled ``score`` (the HF logits ``(n, 1)`` squeezed to the head's ``(n,)``);
+            ``span``, ``start_logits`` and ``end_logits`` ``(n, seq_len)``, stacked to the head's
+            ``(n, seq_len, 2)`` and compared on real pieces only (the toolkit's head masks padding).
+        pipeline: the ``transformers.pipeline`` task that serves the folder.
+        problem_type: the config's ``problem_type`` (sequence classification: ``single_label_classification`` or
+            ``regression``; None: the family's default).
+    """
+
+    auto_class: Literal["AutoModelForSequenceClassification", "AutoModelForTokenClassification",
+                        "AutoModelForQuestionAnswering"]
+    head: str
+    outputs: Literal["labels", "score", "span"]
+    pipeline: Literal["text-classification", "token-classification", "question-answering"]
+    problem_type: Literal["single_label_classification", "regression"] | None = None
 
 
 @dataclass(frozen=True)
@@ -88,7 +105,7 @@ class TaskKind(ABC):
             labelling).
         ranks_candidates: one of the ``candidates`` columns per example (ranking).
         predicts_scores: one real-valued score per example (regression).
-        hf_classifier: how the head exports as a ``*ForSequenceClassification`` model; None: it cannot, and
+        hf_model: how the head exports as a Hugging Face task model (:class:`HfModel`); None: it cannot, and
             ``no_hf_model`` says why (in the export's ``toolkit_only``).
         pools: whether the head reads a pooled sequence vector (``head.pooling``); token-level and MLM heads read
             every piece, so their tasks get no pooling, none is logged or recorded.
@@ -126,8 +143,8 @@ class TaskKind(ABC):
     classifies: ClassVar[bool] = False
     ranks_candidates: ClassVar[bool] = False
     predicts_scores: ClassVar[bool] = False
-    hf_classifier: ClassVar[HfClassifier | None] = None
-    no_hf_model: ClassVar[str] = "its head has no Hugging Face *ForSequenceClassification form"
+    hf_model: ClassVar[HfModel | None] = None
+    no_hf_model: ClassVar[str] = "its head has no Hugging Face task model form"
     pools: ClassVar[bool] = True
     raw_fields: ClassVar[tuple[str, ...] | None] = None
     prediction_unit: ClassVar[Literal["entities", "answers"] | None] = None

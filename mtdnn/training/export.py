@@ -7,12 +7,14 @@ Layout::
                             (loads with transformers.AutoModel.from_pretrained and AutoTokenizer)
       heads.safetensors     every task head's weights, keys "<task>.<parameter>"
       tasks.yaml            the task definitions the heads were trained for
-      hf/<task>/            per sentence-level task whose head is the encoder family's own
-                            *ForSequenceClassification head: a standard AutoModelForSequenceClassification
-                            folder with its tokenizer (see :mod:`mtdnn.training.hf_export`)
+      hf/<task>/            per task whose head is the encoder family's own *ForSequenceClassification,
+                            *ForTokenClassification or *ForQuestionAnswering head: a standard folder of that
+                            AutoModelFor... class with its tokenizer (see :mod:`mtdnn.training.hf_export`)
       mtdnn_export.json     format version, task names, the original encoder name, the hf/ folders
-                            ("huggingface": {task: folder}), the tasks without one ("toolkit_only":
-                            {task: why}) and the SHA-256 of every other file ("digests": {path: sha256})
+                            ("huggingface": {task: folder}), how each is served: auto class, pipeline, the call
+                            arguments that reproduce mtdnn.predict ("serving": {task: {...}}), the tasks
+                            without one ("toolkit_only": {task: why}) and the SHA-256 of every other file
+                            ("digests": {path: sha256})
 
 The export is written to a temporary directory beside the target and renamed into place. Loading it
 (:func:`load_export`, :func:`resolve_export`) checks every part against its recorded digest, so that a part
@@ -34,10 +36,8 @@ from safetensors.torch import save_file
 from ..errors import CheckpointError, ConfigError, UserError
 from ..fileio import (
     default_mode,
-    file_digest,
     file_digests,
     make_dir,
-    read_json,
     read_safetensors,
     read_yaml,
     write_json_atomic,
@@ -86,11 +86,11 @@ def export_model(model: MultiTaskModel, tokenizer, tasks: dict[str, TaskDef], ou
         doc = {"tasks": {name: {k: v for k, v in t.to_plain().items() if k != "name"} for name, t in tasks.items()}}
         write_yaml_atomic(tmp / "tasks.yaml", doc)
         if hf:
-            folders, toolkit_only = write_hf_models(model, tokenizer, tasks, tmp)
+            folders, toolkit_only, serving = write_hf_models(model, tokenizer, tasks, tmp)
         else:
-            folders, toolkit_only = {}, {name: HF_OFF for name in tasks}
+            folders, toolkit_only, serving = {}, {name: HF_OFF for name in tasks}, {}
         meta = {"format": FORMAT_VERSION, "tasks": list(tasks), "source_encoder": source_encoder,
-                "huggingface": folders, "toolkit_only": toolkit_only,
+                "huggingface": folders, "serving": serving, "toolkit_only": toolkit_only,
                 "digests": file_digests(tmp, exclude=(EXPORT_META,))}
         write_json_atomic(tmp / EXPORT_META, meta)
         for written in tmp.rglob("*"):  # safetensors writes 0600; give what a plain open() would (the umask's)

@@ -25,23 +25,23 @@ from typing import Any, Callable
 
 import pytorch_lightning as pl
 
-from ..errors import CheckpointError, ConfigError, check_bools
+from ..errors import CheckpointError, ConfigError
 from ..fileio import read_json, write_yaml_atomic
 from ..modeling.model import load_tokenizer
-from ..tasks.data import check_files, split_fingerprint
+from ..tasks.data import split_fingerprint
 from ..tasks.taskdef import TaskDef
 from ..tasks.tokenized import check_max_length
 from .config import RESOLVED_KEY, TrainConfig
 from .datamodule import MultiTaskDataModule
 from .export import resolve_export
 from .fitting import fit_plan
-from .flags import check_eval_interval, check_loggers, check_trainer_flags
+from .flags import check_eval_interval
 from .module import MultiTaskModule
-from .progress import quietly
 from .plans import FINE_TUNE_ONLY, TRAINING_RUN, Outputs, Plan, Result  # noqa: F401 - FINE_TUNE_ONLY: for callers
-from .resolve import config_is_global_zero, copy_matching_heads, datamodule_for, log_pooling, resolve_config
+from .progress import quietly
+from .resolve import check_run, config_is_global_zero, copy_matching_heads, datamodule_for, log_pooling
 from .resume import check_resumable
-from .runs import CONFIG_FILE, RUN_ENTRIES, check_run_dir, is_run_dir, lock_run_dir, prepare_run_dir, read_metrics
+from .runs import CONFIG_FILE, RUN_ENTRIES, lock_run_dir, prepare_run_dir
 from .speed import check_speed_flags, compile_encoder, set_sdpa_backend
 
 log = logging.getLogger("mtdnn.train")
@@ -83,21 +83,6 @@ def check_positions(config: TrainConfig, tasks: dict[str, TaskDef], encoder_conf
                           f"{padded}, beyond the encoder's {limit} positions; choose a multiple of at most {limit}")
 
 
-def check_unfinished(run_dir: Path, overwrite: bool, resume: bool, flag: str = "--output-dir") -> None:
-    """One rule for every training command: an unfinished run directory (a run's ``config.yaml``, no complete
-    ``metrics.json``) is continued with ``resume``, replaced with ``overwrite``, and otherwise refused; it is never
-    emptied behind the user's back.
-
-    Raises:
-        CheckpointError: (exit code 2) the directory holds an interrupted run and neither flag is given.
-    """
-
-    if resume or overwrite or not is_run_dir(run_dir) or read_metrics(run_dir) is not None:
-        return
-    raise CheckpointError(f"{flag} {run_dir}: holds an interrupted run (config.yaml, no metrics.json); pass --resume "
-                          "to continue it (resume=True), --overwrite to replace it (overwrite=True), or choose "
-                          "another directory")
-
 
 @quietly
 def plan(config: TrainConfig, *, overwrite: bool = False, resume: bool = False, command: str = "train",
@@ -138,25 +123,14 @@ def plan(config: TrainConfig, *, overwrite: bool = False, resume: bool = False, 
         ConfigError, DataError, CheckpointError: bad settings, flags, data, encoder or run directory.
     """
 
-    check_bools("fit()", overwrite=overwrite, resume=resume)
-    if resume and overwrite:
-        raise ConfigError("--resume and --overwrite contradict each other")
-    config, tasks = resolve_config(config, tasks, resolve_data=check_data_files)
-    check_trainer_flags(config)
-    check_loggers(config)
+    config, tasks, run_dir = check_run(config, overwrite=overwrite, resume=resume, tasks=tasks,
+                                       check_data_files=check_data_files, run_dir=outputs.run_dir,
+                                       output_flag=output_flag)
     check_speed_flags(buckets=config.length_buckets, compile_backend=config.compile, cuda_graphs=config.cuda_graphs,
                       accelerator=config.accelerator,
                       longest=config.max_length or max(t.max_length for t in tasks.values()),
                       pad_to_multiple_of=config.pad_to_multiple_of)
-    run_dir = None
-    if outputs.run_dir:
-        run_dir = check_run_dir(config.output_dir, output_flag)
-        if config_is_global_zero(config):  # the other ranks of a DDP run start after rank 0 wrote config.yaml
-            check_unfinished(run_dir, overwrite, resume, output_flag)
     data_dir = Path(config.data_dir) if config.data_dir else None
-    if check_data_files:
-        for task in tasks.values():
-            check_files(task, [s for s in ("train", "dev") if s in task.splits], data_dir)
 
     init_export, init_source = None, None
     if encoder is None:

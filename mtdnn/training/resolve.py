@@ -8,11 +8,14 @@ import hashlib
 import logging
 from pathlib import Path
 
-from ..errors import CheckpointError, ConfigError
+from ..errors import CheckpointError, ConfigError, check_bools
 from ..fileio import NAME_MAX, read_safetensors, read_yaml
+from ..tasks.reading import check_files, resolve_data_dir
 from ..tasks.taskdef import TaskDef, load_task_defs, select_tasks
 from .config import TrainConfig
+from .flags import check_loggers, check_trainer_flags
 from .ranks import is_global_zero  # re-exported: callers ask a TrainConfig's rank here
+from .rundirs import check_run_dir, check_unfinished, is_run_dir, read_metrics
 
 log = logging.getLogger("mtdnn.train")
 
@@ -127,9 +130,6 @@ def resolve_config(config: TrainConfig, tasks: dict[str, TaskDef] | None = None,
     Raises:
         ConfigError, DataError: see :func:`resolve_tasks` and :func:`mtdnn.tasks.data.resolve_data_dir`.
     """
-    # keeps torch out of import time
-    from ..tasks.data import resolve_data_dir
-
     tasks = tasks if tasks is not None else resolve_tasks(config)
     data_dir = resolve_data_dir(config.data_dir) if resolve_data else config.data_dir
     output_dir = config.output_dir or str(default_output_dir(config.task_defs, list(tasks), config.seed,
@@ -137,6 +137,49 @@ def resolve_config(config: TrainConfig, tasks: dict[str, TaskDef] | None = None,
                                                               config.limit_eval_examples))
     return config.updated(tasks=list(tasks), data_dir=str(data_dir) if data_dir is not None else None,
                           output_dir=output_dir), tasks
+
+
+def check_run(config: TrainConfig, *, overwrite: bool = False, resume: bool = False,
+              tasks: dict[str, TaskDef] | None = None, check_data_files: bool = True, run_dir: bool = True,
+              output_flag: str = "--output-dir") -> tuple[TrainConfig, dict[str, TaskDef], Path | None]:
+    """The checks of a training run that need no model, made first so that a refused input costs well under a
+    second (``python -m mtdnn.train`` calls this before it imports the trainer; the pipeline's
+    :func:`~mtdnn.training.pipeline.plan` starts with it): ``overwrite``/``resume``, the task definitions and the
+    tasks (:func:`resolve_config`), the data root, the loggers, the run directory (new, empty or a run of this
+    toolkit; an interrupted one only with ``resume`` or ``overwrite``), the train and dev files, and last
+    Lightning's flags (judged by Lightning's own accelerator connector, the one check that imports it).
+
+    Args:
+        tasks, check_data_files: see :func:`resolve_config` (``check_data_files`` False: the data module brings
+            its data, and neither the root nor the files are checked).
+        run_dir: whether the run has a run directory to check (a fine-tune inside another command may not).
+        output_flag: how messages name the run directory.
+
+    Returns:
+        ``(resolved config, tasks, run directory or None)``.
+
+    Raises:
+        ConfigError, DataError, CheckpointError, UserError: naming the flag, file, task or directory.
+    """
+    check_bools("fit()", overwrite=overwrite, resume=resume)
+    if resume and overwrite:
+        raise ConfigError("--resume and --overwrite contradict each other")
+    config, tasks = resolve_config(config, tasks, resolve_data=check_data_files)
+    check_loggers(config)
+    directory = None
+    if run_dir:
+        directory = check_run_dir(config.output_dir, output_flag)
+        # an interrupted run there is refused on rank zero only (the other ranks of a DDP run start after rank 0
+        # wrote config.yaml); asking the rank imports Lightning, so only when there is such a run to refuse
+        if (not (resume or overwrite) and is_run_dir(directory) and read_metrics(directory) is None
+                and config_is_global_zero(config)):
+            check_unfinished(directory, overwrite, resume, output_flag)
+    if check_data_files:
+        data_dir = Path(config.data_dir) if config.data_dir else None
+        for task in tasks.values():
+            check_files(task, [s for s in ("train", "dev") if s in task.splits], data_dir)
+    check_trainer_flags(config)  # last: Lightning itself judges them, and importing it takes seconds
+    return config, tasks, directory
 
 
 def datamodule_for(config: TrainConfig, tasks: dict[str, TaskDef], tokenizer, cls, **extra):

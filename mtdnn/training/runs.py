@@ -41,51 +41,23 @@ from ..fileio import (  # noqa: F401
     write_atomic,
     write_json_atomic,
 )
-from .config import TrainConfig, load_config
-
-METRICS_FILE = "metrics.json"
-CONFIG_FILE = "config.yaml"
-SCHEDULE_FILE = "schedule.json"
-EXPORT_DIR = "export"
-CHECKPOINT_DIR = "checkpoints"
-LOGS_DIR = "logs"
-CARVES_FILE = "carves.json"
-
-RUN_ENTRIES = frozenset({CONFIG_FILE, CHECKPOINT_DIR, LOGS_DIR, SCHEDULE_FILE, EXPORT_DIR, METRICS_FILE, CARVES_FILE,
-                         OUTPUT_RECORD})
-"""What a training run writes at the top of its directory; replacing a run removes these and nothing else (a
-student adds its own: :func:`prepare_run_dir`'s ``entries``)."""
-
-DIVERGED_EXIT_CODE = 3
-"""Exit code of a run that diverged (a non-finite loss, gradient norm, weight or dev score); 2 is bad input."""
-
-RUN_COMMANDS = frozenset({"train", "distill"})
-"""The ``resolved.command`` of a run directory's ``config.yaml`` written by this toolkit."""
-
-
-def is_run_dir(directory: str | Path) -> bool:
-    """Whether ``directory`` is a training run directory of this toolkit: its ``config.yaml`` has this toolkit's
-    ``resolved.command`` (also a run written before run directories had a record file, or an interrupted one)."""
-    path = Path(directory) / CONFIG_FILE
-    if not path.is_file():
-        return False
-    try:
-        settings, resolved = read_run_config(directory)
-    except UserError:
-        return False
-    # a whole TrainConfig and this toolkit's command: a two-line file naming the command is not a run
-    if resolved.get("command") not in RUN_COMMANDS or not isinstance(resolved.get("tasks"), dict):
-        return False
-    return set(TrainConfig.model_fields) <= set(settings)
-
-
-def check_run_dir(run_dir: str | Path, flag: str = "--output-dir") -> Path:
-    """Before any work: ``run_dir`` is new, empty, or a run directory of this toolkit (:func:`is_run_dir`).
-
-    Raises:
-        UserError: the directory holds other files (:func:`mtdnn.fileio.check_output_dir`), naming it.
-    """
-    return check_output_dir(run_dir, flag, "run", recognised=is_run_dir)
+from .config import load_config
+from .rundirs import (  # noqa: F401 - the run-directory layout and checks, re-exported for callers
+    CARVES_FILE,
+    CHECKPOINT_DIR,
+    CONFIG_FILE,
+    DIVERGED_EXIT_CODE,
+    EXPORT_DIR,
+    LOGS_DIR,
+    METRICS_FILE,
+    RUN_COMMANDS,
+    RUN_ENTRIES,
+    SCHEDULE_FILE,
+    check_run_dir,
+    is_run_dir,
+    read_metrics,
+    read_run_config,
+)
 
 
 def lock_run_dir(run_dir: str | Path, flag: str = "--output-dir") -> DirectoryLock:
@@ -101,19 +73,6 @@ def lock_run_dir(run_dir: str | Path, flag: str = "--output-dir") -> DirectoryLo
                              lambda name: name in ("last.ckpt", "best.ckpt") or re.fullmatch(r"rng-rank\d+\.pt", name),
                              locked=True)
     return lock
-
-
-def read_metrics(run_dir: str | Path) -> dict | None:
-    """The run's ``metrics.json`` if the run is complete, else None."""
-    path = Path(run_dir) / METRICS_FILE
-    if not path.is_file():
-        return None
-    try:
-        metrics = read_json(path, CheckpointError, "run metrics")
-    except CheckpointError:  # a damaged metrics.json: the run is not complete
-        return None
-    complete = isinstance(metrics, dict) and metrics.get("status") == "complete" and isinstance(metrics.get("best"), dict)
-    return metrics if complete else None
 
 
 def prepare_run_dir(run_dir: str | Path, overwrite: bool, resume: bool = False,
@@ -263,30 +222,6 @@ class Run:
         """
 
         return load_config(self.config_path)
-
-
-def read_run_config(run_dir: str | Path) -> tuple[dict, dict]:
-    """A run's ``config.yaml`` as ``(settings, resolved)``: the :class:`~mtdnn.training.config.TrainConfig` fields
-    and the ``resolved`` section (``command``, ``encoder``, ``tasks``, ...).
-
-    Runs written before ``config.yaml`` held the TrainConfig (flags under ``args``, the encoder and data root at the
-    top) are read into the same two parts.
-
-    Raises:
-        CheckpointError: missing, unreadable or not a mapping.
-    """
-
-    path = Path(run_dir) / CONFIG_FILE
-    raw = read_yaml(path, CheckpointError, "run configuration")
-    if not isinstance(raw, dict):
-        raise CheckpointError(f"{path}: not a run configuration (expected a mapping)")
-    if "args" in raw or "resolved" not in raw:  # the earlier layout
-        settings = dict(raw.get("args") or {})
-        settings["data_dir"] = raw.get("data_dir", settings.get("data_dir"))
-        resolved = {k: raw.get(k) for k in ("command", "encoder", "tasks")}
-        return settings, resolved
-    settings = {k: v for k, v in raw.items() if k != "resolved"}
-    return settings, dict(raw["resolved"] or {})
 
 
 def load_checkpoint_file(path: str | Path) -> dict:

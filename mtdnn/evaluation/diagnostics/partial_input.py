@@ -21,7 +21,7 @@ from collections import Counter
 from pathlib import Path
 
 from ...errors import ConfigError
-from ...fileio import dump_yaml, make_dir, write_atomic, write_json_atomic
+from ...fileio import dump_yaml, write_atomic, write_json_atomic
 from ...tables import markdown_table
 from ...tasks.data import load_split
 from ...tasks.taskdef import TaskDef
@@ -40,6 +40,7 @@ def partial_task(task: TaskDef, input: str) -> TaskDef:
 
     ``hypothesis`` / ``premise``: a two-text classification task keeps its second / first text column.
     ``warrants``: a ranking task keeps no text column, so each candidate (warrant) is scored alone.
+    A one-text variant cannot keep a SAN head (it reads premise against hypothesis): see :func:`comparable_task`.
 
     Raises:
         ConfigError: the input does not fit the task (naming both).
@@ -57,6 +58,18 @@ def partial_task(task: TaskDef, input: str) -> TaskDef:
         note = f"candidates-only baseline: scores each of {', '.join(task.candidates or [])} alone"
         return task.model_copy(update={"text": [], "description": note})
     raise ConfigError(f"--input {input!r}: expected one of {', '.join(INPUTS)}")
+
+
+def comparable_task(task: TaskDef) -> tuple[TaskDef, str | None]:
+    """``task`` with a head that both its full and its one-text variants can have, and a note when it changed:
+    a SAN head (MT-DNN's answer module, which attends from the hypothesis to the premise) becomes the default
+    linear head on the pooled sequence for both, so that the comparison differs in the input alone."""
+    if task.head_type != "san":
+        return task, None
+    head = task.head.model_copy(update={"type": None, "steps": None, "step_dropout": None})
+    return task.model_copy(update={"head": head}), (
+        f"task '{task.name}' has a SAN head, which needs a text pair: every variant here uses the linear head on "
+        "the pooled sequence instead, so that they differ in their input only")
 
 
 RECIPE_FIELDS = ("encoder", "max_epochs", "batch_size", "lr", "max_length", "limit_train_examples", "accelerator")
@@ -126,9 +139,11 @@ def partial_input_baselines(task: TaskDef, input: str, seeds: list[int], data_di
     """Train the ``input``-only variant (and with ``full`` the full input) for each seed; add the majority class.
 
     Returns:
-        JSON-ready ``{"task", "input", "recipe", "seeds", "majority", "variants": {name: {"runs": [...], "dev":
-        {"mean", "sd", "values"}}}}``.
+        JSON-ready ``{"task", "input", "recipe", "seeds", "majority", "head_note" (None, or why every variant
+        uses the linear head: :func:`comparable_task`), "variants": {name: {"runs": [...], "dev": {"mean", "sd",
+        "values"}}}}``.
     """
+    task, head_note = comparable_task(task)
     partial = partial_task(task, input)
     majority = majority_baseline(task, data_dir)
 
@@ -137,7 +152,7 @@ def partial_input_baselines(task: TaskDef, input: str, seeds: list[int], data_di
     if full:
         variants[FULL] = task
     result = {"task": task.name, "input": input, "recipe": recipe.model_dump(), "seeds": seeds, "majority": majority,
-              "variants": {}}
+              "head_note": head_note, "variants": {}}
     for name, variant_task in variants.items():
         runs = [train_variant(variant_task, name, seed, data_dir, output_dir, recipe) for seed in seeds]
         result["variants"][name] = {"text": variant_task.text, "runs": runs, "dev": _mean_sd([r["dev"] for r in runs])}
@@ -153,7 +168,8 @@ def format_partial_table(result: dict) -> str:
         shown = f"{dev['mean']:.3f}" + (f" ± {dev['sd']:.3f}" if dev["sd"] is not None else "")
         seeds = ", ".join(f"{r['seed']}: {r['dev']:.3f}" for r in variant["runs"])
         rows.append([f"{name} ({', '.join(variant['text']) or 'candidates alone'})", shown, seeds])
-    return "\n".join(markdown_table(["input", "dev accuracy", "seeds"], rows, "lrl")) + "\n"
+    table = "\n".join(markdown_table(["input", "dev accuracy", "seeds"], rows, "lrl")) + "\n"
+    return table + (f"\nNote: {result['head_note']}.\n" if result.get("head_note") else "")
 
 
 def write_partial_outputs(result: dict, output_dir: str | Path, stem: str = "diagnose-partial-input") -> dict[str, Path]:

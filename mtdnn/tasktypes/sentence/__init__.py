@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...fileio import parse_decimal, parse_integer
 from ...tasks.rows import Example
-from ...tasks.types import HfClassifier, TaskKind
+from ...tasks.types import HfModel, TaskKind
 
 if TYPE_CHECKING:
     from ...tasks.taskdef import TaskDef
@@ -172,7 +172,8 @@ class Classification(SentenceType):
     default_metrics = ("accuracy",)
     soft_targets = "probabilities"
     classifies = True
-    hf_classifier = HfClassifier("single_label_classification", one_score=False)
+    hf_model = HfModel("AutoModelForSequenceClassification", "linear", "labels", "text-classification",
+                       "single_label_classification")
 
     def output_names(self, task: TaskDef) -> list[str] | None:
         """The label names."""
@@ -243,7 +244,7 @@ class Regression(SentenceType):
     soft_targets = "mean"
     label_dtype = "float32"
     predicts_scores = True
-    hf_classifier = HfClassifier("regression", one_score=True)
+    hf_model = HfModel("AutoModelForSequenceClassification", "linear", "score", "text-classification", "regression")
 
     def parse_label(self, task: TaskDef, value: str) -> float:
         """See :func:`parse_score`."""

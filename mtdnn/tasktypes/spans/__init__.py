@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ...errors import ConfigError, DataError
 from ...fileio import quote_prefix
 from ...tasks.rows import LABELLED_SPLITS
-from ...tasks.types import SoftTargetPieces, TaskKind
+from ...tasks.types import HfModel, SoftTargetPieces, TaskKind
 from ..files import check_formats
 from .features import check_window_settings, stride_fits, tokenize_qa
 from .squad import read_squad
@@ -41,8 +41,7 @@ class SpanExtraction(TaskKind):
     heads = ("span",)
     losses = ("span_cross_entropy",)
     pools = False
-    no_hf_model = ("start and end logits per piece: an AutoModelForQuestionAnswering folder is not written yet; "
-                   "serve it with python -m mtdnn.predict (answers over windows)")
+    hf_model = HfModel("AutoModelForQuestionAnswering", "span", "span", "question-answering")
     metrics = SPAN_METRICS
     default_metrics = SPAN_METRICS
     soft_targets = "probabilities"

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...errors import DataError
 from ...tasks.rows import LABELLED_SPLITS
-from ...tasks.types import SoftTargetPieces, TaskKind
+from ...tasks.types import HfModel, SoftTargetPieces, TaskKind
 from ..files import check_formats
 from .conll import check_tag_set, read_conll
 from .features import tokenize_sentences
@@ -42,8 +42,7 @@ class SequenceLabelling(TaskKind):
     heads = ("token",)
     losses = ("token_cross_entropy", "token_cross_entropy_per_piece")
     pools = False
-    no_hf_model = ("a tag per piece: an AutoModelForTokenClassification folder is not written yet; serve it with "
-                   "python -m mtdnn.predict (entities of words)")
+    hf_model = HfModel("AutoModelForTokenClassification", "token", "labels", "token-classification")
     metrics = TAGGING_METRICS
     default_metrics = TAGGING_METRICS
     soft_targets = "probabilities"
