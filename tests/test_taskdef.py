@@ -89,3 +89,17 @@ def test_ranking_needs_candidates_and_f1_needs_two_labels():
         parse_tasks({"tasks": {"r": {**RTE, "type": "ranking", "labels": None}}}, "mem")
     with pytest.raises(ConfigError, match="exactly two labels"):
         parse_tasks({"tasks": {"m": {**RTE, "labels": ["a", "b", "c"], "metrics": ["f1"]}}}, "mem")
+
+
+def test_reserved_task_names_cover_the_installed_torchs_module_dict():
+    """Task names are checked against a static list (no torch import while reading task definitions): it must
+    hold every attribute of the installed torch's ``nn.ModuleDict`` that a task name could spell."""
+    import torch
+
+    from mtdnn.tasks.taskdef import RESERVED_TASK_NAMES, TASK_NAME, check_task_name
+
+    spelled = {n for n in dir(torch.nn.ModuleDict()) if TASK_NAME.fullmatch(n)}
+    assert spelled <= RESERVED_TASK_NAMES, sorted(spelled - RESERVED_TASK_NAMES)
+    with pytest.raises(ConfigError, match="reserved"):
+        check_task_name("keys", "t.yaml")
+    assert check_task_name("rte", "t.yaml") == "rte"
