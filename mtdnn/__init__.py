@@ -5,13 +5,17 @@ task definitions, data and schedules (:mod:`mtdnn.tasks`) -> encoder, heads, los
 (:mod:`mtdnn.modeling`) -> the task types, one class each (:mod:`mtdnn.tasktypes`) -> TrainConfig, Lightning module, Trainer, run directory and export
 (:mod:`mtdnn.training`) -> teachers, soft targets and student (:mod:`mtdnn.distillation`); evaluate, predict and
 transfer (:mod:`mtdnn.evaluation`). On top: the Python API (:mod:`mtdnn.api`, re-exported here and imported on
-first use, so ``import mtdnn`` stays light) and the command-line glue (:mod:`mtdnn.cli`); ``python -m
-mtdnn.<command>`` runs each command.
+first use, so ``import mtdnn`` stays light) and the command-line glue (:mod:`mtdnn.cli`); ``mtdnn <command>``,
+``python -m mtdnn <command>`` and ``python -m mtdnn.<command>`` run each command.
 """
 
-__version__ = "0.1.0"
-
 import importlib
+import importlib.metadata
+
+try:
+    __version__ = importlib.metadata.version("mtdnn")  # written once: pyproject.toml's [project] version
+except importlib.metadata.PackageNotFoundError:  # a source tree on sys.path that was never installed
+    __version__ = "0+unknown"
 
 from . import tasktypes  # noqa: E402,F401  fills the registry of task types (mtdnn.tasks.types) before any use; no torch
 

@@ -323,3 +323,23 @@ def test_each_type_without_a_hugging_face_form_says_why_in_its_own_words():
         name, type, kind = "aux", "mlm", TASK_TYPES["mlm"]
 
     assert convert_task(None, Named()).reason == f"mlm head: {reasons['mlm']}"
+
+
+def test_the_api_predicts_token_level_tasks_as_the_command_does(export_dir, tmp_path):
+    """Issue 27 part 3: ``mtdnn.load(...).predict`` for sequence labelling (texts) and span extraction
+    ((question, context) tuples or mappings) gives the rows ``mtdnn.predict --format jsonl`` writes."""
+    import mtdnn
+    from mtdnn.errors import DataError
+
+    model = mtdnn.load(export_dir)
+    expected = toolkit_raw_predictions(export_dir, "ner", [{"text": t} for t in SENTENCES], tmp_path)
+    assert model.predict(SENTENCES, task="ner") == expected
+    assert model.predict(SENTENCES[0], task="ner") == expected[:1]
+    expected = toolkit_raw_predictions(export_dir, "squad", [{"question": q, "context": c} for q, c in QUESTIONS],
+                                       tmp_path)
+    assert model.predict(QUESTIONS, task="squad") == expected
+    assert model.predict([{"question": q, "context": c} for q, c in QUESTIONS], task="squad") == expected
+    with pytest.raises(DataError, match=r"input 0: task 'squad': takes 2 text\(s\) \(question, context\)"):
+        model.predict(["a question without a context"], task="squad")
+    with pytest.raises(DataError, match="field 'text': empty text"):
+        model.predict(["   "], task="ner")

@@ -6,6 +6,7 @@ Nothing else lives here: every command's work is a function of the stages below 
 :class:`~mtdnn.errors.Interrupted` run to 130/143. ``python -m mtdnn.<command>`` runs each one.
 """
 
+import inspect
 import sys
 import types
 
@@ -15,14 +16,31 @@ def callable_command(module_name: str, api_function: str) -> None:
 
     ``mtdnn.distill`` and ``mtdnn.transfer`` are both the ``python -m`` entry points (modules) and API functions;
     importing a submodule sets the package attribute to the module, so the module itself forwards calls:
-    ``mtdnn.distill(spec)`` works whether or not ``mtdnn.distill`` was imported as a module first.
+    ``mtdnn.distill(spec)`` works whether or not ``mtdnn.distill`` was imported as a module first, and carries
+    the function's ``__signature__``, ``__doc__`` and ``__wrapped__`` (read on first use, which imports the API),
+    so that ``inspect.signature`` and ``help`` show the API function.
     """
+
+    def function():
+        # keeps torch out of import time
+        from .. import api
+
+        return getattr(api, api_function)
 
     class Command(types.ModuleType):
         def __call__(self, *args, **kwargs):
-            # keeps torch out of import time
-            from .. import api
+            return function()(*args, **kwargs)
 
-            return getattr(api, api_function)(*args, **kwargs)
+        @property
+        def __signature__(self):  # inspect.signature(mtdnn.distill): the API function's, not (*args, **kwargs)
+            return inspect.signature(function())
+
+        @property
+        def __doc__(self):  # help(mtdnn.distill): the API function's docstring
+            return function().__doc__
+
+        @property
+        def __wrapped__(self):
+            return function()
 
     sys.modules[module_name].__class__ = Command

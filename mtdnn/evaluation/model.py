@@ -77,11 +77,18 @@ class TrainedModel:
                 tasks: the question, then the candidates), or one mapping per example keyed by those column
                 names (``[{"sentence1": "The cat sat.", "sentence2": "A cat was sitting."}]``; other keys are
                 ignored, as in ``--input`` JSON lines); a single string, tuple or mapping is one example.
+                Token-level tasks take raw text as ``mtdnn.predict`` does: sequence labelling one text per example
+                (split into words by the encoder's pre-tokenizer), span extraction a ``(question, context)``
+                tuple or a ``{"question", "context"}`` mapping.
             task: the task whose head predicts (default: the model's only task).
 
         Returns:
             Per example: ``{"prediction": label, "probability": p, "probabilities": {label: p}}`` (softmax of
-            the logits); regression: ``{"prediction": score}``; ranking: the chosen candidate's index.
+            the logits); regression: ``{"prediction": score}``; ranking: the chosen candidate's index; sequence
+            labelling: ``{"id", "tokens": [{"word", "start", "end", "tag"}], "entities": [{"type", "text",
+            "start", "end"}]}`` (character offsets into the text, end exclusive); span extraction: ``{"id",
+            "answer", "start", "end", "score", "n_best"}`` (offsets into the context). The same rows as
+            ``mtdnn.predict --format jsonl``.
 
         Raises:
             ConfigError: an unknown task, or no task named for a multi-task model.
@@ -98,6 +105,18 @@ class TrainedModel:
         elif not isinstance(inputs, Sequence) or isinstance(inputs, (bytes, bytearray)):
             raise DataError(f"predict: inputs must be a text, a tuple or mapping of texts, or a list of them "
                             f"(got {type(inputs).__name__})")
+        if definition.kind.prediction_unit is not None:  # token-level: raw text, as mtdnn.predict reads it
+            # keeps torch out of import time
+            from ..training.inference import resolve_device
+            from .token_predict import predict_token_rows, raw_columns, raw_record
+
+            columns = raw_columns(definition)
+            records = [raw_record(f"predict: input {i}: task '{definition.name}'", str(i), columns,
+                                  _fields(item, i, definition.name, columns)) for i, item in enumerate(inputs)]
+            if not records:
+                return []
+            return predict_token_rows(definition, self.loaded, records=records, batch_size=batch_size,
+                                      device=resolve_device(self.device))
         columns = input_columns(definition)
         examples = []
         for i, item in enumerate(inputs):

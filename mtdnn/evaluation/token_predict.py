@@ -215,22 +215,21 @@ def format_rows(task: TaskDef, rows: list[dict], fmt: str) -> str:
     return "".join(lines)
 
 
-def predict_token_task(args, loaded, task: TaskDef, device: str) -> tuple[str, int]:
-    """What ``mtdnn.predict`` writes for a token-level task: ``(text, rows)``.
+def predict_token_rows(task: TaskDef, loaded, *, records: list[dict] | None = None, examples: list | None = None,
+                       batch_size: int | None = None, device: str = "cpu") -> list[dict]:
+    """Predictions of a token-level task, one row per raw example or split row: entities with character offsets
+    (sequence labelling, :func:`tag_sentences`) or the answer with its offsets and n-best list (span extraction,
+    :func:`answer_questions`). What ``mtdnn.predict`` writes and :meth:`mtdnn.TrainedModel.predict` returns.
+
+    Args:
+        records: raw examples (:func:`raw_record`: ``id``, ``where`` and the type's ``raw_fields``); or
+        examples: a split's rows (:class:`~mtdnn.tasktypes.tagging.conll.TaggedSentence` words or
+            :class:`~mtdnn.tasktypes.spans.squad.QAExample` questions; their answers are not used).
+        batch_size: rows per batch (None: the model's eval batch size).
 
     Raises:
-        ConfigError: ``--format glue``.
-        DataError: see :func:`read_raw` and :func:`mtdnn.tasks.tokenized.tokenized_split`; a raw text without words.
+        DataError: a raw text without words (naming its ``where``).
     """
-
-    fmt = args.format or "jsonl"
-    if fmt == "glue":
-        raise ConfigError(f"--format glue: task '{task.name}' is a {task.type} task; use jsonl or tsv")
-    if args.split is not None:
-        examples = load_split(task, args.split, loaded.resolve_data_dir(args.data_dir)).examples
-        records = None
-    else:
-        records = read_raw(args, task)
     if task.kind.prediction_unit == "entities":
         if records is None:  # a split's rows are words already: offsets into the words joined by single spaces
             ids, texts, words = [ex.id for ex in examples], [" ".join(ex.words) for ex in examples], []
@@ -243,15 +242,34 @@ def predict_token_task(args, loaded, task: TaskDef, device: str) -> tuple[str, i
             for r, row_words in zip(records, words):
                 if not row_words:
                     raise DataError(f"{r['where']}, field 'text': no words in {r['text']!r}")
-        tags = tag_words(task, [[w for w, _, _ in row] for row in words], loaded, args.batch_size, device)
-        rows = tag_sentences(ids, words, texts, tags)
+        tags = tag_words(task, [[w for w, _, _ in row] for row in words], loaded, batch_size, device)
+        return tag_sentences(ids, words, texts, tags)
+    if records is not None:
+        examples = [QAExample(r["id"], r["question"], r["context"]) for r in records]
+    for ex in examples:  # answers are not used in prediction
+        ex.answers = []
+    split = tokenize_examples(examples, task, loaded.tokenizer, loaded.max_length)
+    outputs = predict_outputs(loaded.model.to(device), task, split, loaded.tokenizer.pad_token_id or 0,
+                              batch_size or loaded.eval_batch_size, loaded.pad_to_multiple_of, device=device)
+    return answer_questions(task, split, outputs)
+
+
+def predict_token_task(args, loaded, task: TaskDef, device: str) -> tuple[str, int]:
+    """What ``mtdnn.predict`` writes for a token-level task: ``(text, rows)`` (the flags read here, the
+    predictions by :func:`predict_token_rows`).
+
+    Raises:
+        ConfigError: ``--format glue``.
+        DataError: see :func:`read_raw` and :func:`mtdnn.tasks.tokenized.tokenized_split`; a raw text without words.
+    """
+
+    fmt = args.format or "jsonl"
+    if fmt == "glue":
+        raise ConfigError(f"--format glue: task '{task.name}' is a {task.type} task; use jsonl or tsv")
+    if args.split is not None:
+        examples = load_split(task, args.split, loaded.resolve_data_dir(args.data_dir)).examples
+        rows = predict_token_rows(task, loaded, examples=examples, batch_size=args.batch_size, device=device)
     else:
-        if records is not None:
-            examples = [QAExample(r["id"], r["question"], r["context"]) for r in records]
-        for ex in examples:  # answers are not used in prediction
-            ex.answers = []
-        split = tokenize_examples(examples, task, loaded.tokenizer, loaded.max_length)
-        outputs = predict_outputs(loaded.model.to(device), task, split, loaded.tokenizer.pad_token_id or 0,
-                                  args.batch_size or loaded.eval_batch_size, loaded.pad_to_multiple_of, device=device)
-        rows = answer_questions(task, split, outputs)
+        rows = predict_token_rows(task, loaded, records=read_raw(args, task), batch_size=args.batch_size,
+                                  device=device)
     return format_rows(task, rows, fmt), len(rows)
