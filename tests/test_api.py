@@ -228,3 +228,22 @@ def test_import_is_light_and_commands_double_as_api_functions():
     assert callable(mtdnn.distill) and callable(mtdnn.distill.main) and callable(mtdnn.transfer.main)
     with pytest.raises(ConfigError, match="give --sizes"):
         mtdnn.transfer(task="snli", encoders=["packaged-minilm"])  # the module forwards to mtdnn.api.transfer
+
+
+def test_loggers_are_csv_by_default_and_follow_their_own_environment(tmp_path, monkeypatch):
+    """Issue 27 part 7: TensorBoard only when asked for; W&B offline and MLflow local unless $WANDB_MODE /
+    $MLFLOW_TRACKING_URI say otherwise."""
+    from mtdnn.training.config import TrainConfig
+    from mtdnn.training.logs import ResumableCSVLogger, build_loggers, mlflow_tracking_uri, wandb_offline
+
+    config = TrainConfig(task_defs=GLUE, tasks=["rte"])
+    loggers = build_loggers(config, tmp_path / "run")
+    assert [type(lg) for lg in loggers] == [ResumableCSVLogger]
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert wandb_offline() is True
+    assert mlflow_tracking_uri(tmp_path / "run") == (tmp_path / "run" / "logs" / "mlruns").resolve().as_uri()
+    monkeypatch.setenv("WANDB_MODE", "online")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://tracking.example:5000")
+    assert wandb_offline() is False
+    assert mlflow_tracking_uri(tmp_path / "run") == "http://tracking.example:5000"

@@ -273,9 +273,10 @@ RESERVED_TASK_NAMES = frozenset({
     "register_full_backward_hook", "register_full_backward_pre_hook", "register_load_state_dict_post_hook",
     "register_load_state_dict_pre_hook", "register_module", "register_parameter", "register_state_dict_post_hook",
     "register_state_dict_pre_hook", "requires_grad_", "set_extra_state", "set_submodule", "share_memory",
-    "state_dict", "to", "to_empty", "train", "training", "type", "update", "values", "xpu", "zero_grad"
+    "smart_apply", "state_dict", "to", "to_empty", "train", "training", "type", "update", "values", "xpu", "zero_grad"
 })
-"""Attributes of torch's ``nn.ModuleDict`` (2.13) that a task name could spell: such a name cannot key a head.
+"""Attributes of torch's ``nn.ModuleDict`` (2.13; ``smart_apply`` is set on ``nn.Module`` by transformers once a
+model initialises its weights) that a task name could spell: such a name cannot key a head.
 Listed here so that checking a task definition imports no torch; ``tests/test_taskdef.py`` checks the list
 against the installed torch."""
 

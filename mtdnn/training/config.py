@@ -92,7 +92,8 @@ class TrainConfig(BaseModel):
         metavar="N", gt=0)
     loggers: list[Literal["csv", "tensorboard", "wandb", "mlflow"]] | None = setting(
         None, "comma-separated loggers, from csv, tensorboard, wandb, mlflow; W&B runs offline and MLflow writes local "
-              "files, both under the run's logs/ (default: csv, and tensorboard when installed)", cli_type="loggers")
+              "files under the run's logs/ unless $WANDB_MODE / $MLFLOW_TRACKING_URI say otherwise (default: csv)",
+        cli_type="loggers")
     progress_every_n_steps: int = setting(
         50, "when standard error is not a terminal (a log file), print a progress line every N optimizer steps (step, "
             "per-task training loss, learning rate, examples/s, time left) and a line per dev evaluation; 0: none",

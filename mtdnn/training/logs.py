@@ -22,6 +22,9 @@ from ..fileio import make_dir, write_atomic
 from .config import TrainConfig
 
 
+WANDB_MODE_ENV = "WANDB_MODE"
+MLFLOW_URI_ENV = "MLFLOW_TRACKING_URI"
+
 class _ContinuedWriter(ExperimentWriter):
     """An experiment writer that keeps the rows of ``metrics.csv`` up to ``resume_step`` and appends after them."""
 
@@ -116,20 +119,15 @@ class PrintRunSummary(pl.Callback):
 
 
 def build_loggers(config: TrainConfig, run_dir: Path, resume_step: int | None = None) -> list:
-    """Lightning loggers by name, all writing under ``run_dir/logs`` (W&B offline, MLflow to local files).
+    """Lightning loggers by name, writing under ``run_dir/logs`` unless their own environment says otherwise.
 
-    ``config.loggers`` None: CSV, and TensorBoard when installed. ``resume_step`` (a resumed run's checkpoint
-    step) makes the CSV log continue the first part's ``logs/metrics.csv``.
+    ``config.loggers`` None: CSV only (TensorBoard, W&B and MLflow log only when asked for, whatever is installed).
+    W&B runs offline into ``logs/`` unless ``$WANDB_MODE`` is set (then W&B follows it: ``online`` with
+    ``$WANDB_API_KEY`` logs to the server); MLflow writes a local file store under ``logs/mlruns`` unless
+    ``$MLFLOW_TRACKING_URI`` names a tracking server or store. ``resume_step`` (a resumed run's checkpoint step)
+    makes the CSV log continue the first part's ``logs/metrics.csv``.
     """
-    names = config.loggers
-    if names is None:
-        names = ["csv"]
-        try:
-            import tensorboard  # noqa: F401  lazy: an optional dependency, asked for here
-
-            names.append("tensorboard")
-        except ImportError:
-            pass
+    names = config.loggers or ["csv"]
     loggers = []
     for name in names:
         if name == "csv":
@@ -138,9 +136,19 @@ def build_loggers(config: TrainConfig, run_dir: Path, resume_step: int | None = 
             loggers.append(TensorBoardLogger(run_dir, name="logs", version="tensorboard"))
         elif name == "wandb":
             make_dir(run_dir / "logs")
-            loggers.append(WandbLogger(save_dir=str(run_dir / "logs"), offline=True, name=run_dir.name,
-                                       log_model=False))
+            loggers.append(WandbLogger(save_dir=str(run_dir / "logs"), offline=wandb_offline(),
+                                       name=run_dir.name, log_model=False))
         elif name == "mlflow":
             loggers.append(MLFlowLogger(experiment_name="mtdnn", run_name=run_dir.name,
-                                        tracking_uri=(run_dir / "logs" / "mlruns").resolve().as_uri()))
+                                        tracking_uri=mlflow_tracking_uri(run_dir)))
     return loggers
+
+
+def wandb_offline() -> bool:
+    """W&B runs offline unless ``$WANDB_MODE`` is set (W&B then reads it itself: ``online``, ``offline``, ...)."""
+    return not os.environ.get(WANDB_MODE_ENV)
+
+
+def mlflow_tracking_uri(run_dir: Path) -> str:
+    """``$MLFLOW_TRACKING_URI`` when set (a tracking server or store), else a file store under ``run_dir/logs``."""
+    return os.environ.get(MLFLOW_URI_ENV) or (Path(run_dir) / "logs" / "mlruns").resolve().as_uri()
