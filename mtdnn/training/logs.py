@@ -21,7 +21,6 @@ from pytorch_lightning.loggers.csv_logs import ExperimentWriter
 from ..fileio import make_dir, write_atomic
 from .config import TrainConfig
 
-
 WANDB_MODE_ENV = "WANDB_MODE"
 MLFLOW_URI_ENV = "MLFLOW_TRACKING_URI"
 
