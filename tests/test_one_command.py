@@ -49,6 +49,9 @@ def test_a_command_runs_with_its_own_flags_and_an_unknown_one_is_exit_2(capsys):
         main(["train", "--help"])
     assert exit_info.value.code == 0 and "python -m mtdnn.train" in capsys.readouterr().out
     with pytest.raises(SystemExit) as exit_info:
+        main([])
+    assert exit_info.value.code == 2 and "give a command: train, evaluate" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
         main(["trian"])
     assert exit_info.value.code == 2 and "invalid choice: 'trian'" in capsys.readouterr().err
     # the command's exit code comes back: a refused input is 2 through `mtdnn train` as through python -m

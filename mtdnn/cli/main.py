@@ -46,7 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     2 for an unknown command, 0 for ``--help`` and ``--version``)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    if argv and argv[0] in COMMANDS:  # the command's own --help, not this parser's
+    if not argv:
+        parser.error(f"give a command: {', '.join(COMMANDS)} (mtdnn --help lists them)")
+    if argv[0] in COMMANDS:  # the command's own --help, not this parser's
         command, rest = argv[0], argv[1:]
     else:
         args = parser.parse_args(argv)
