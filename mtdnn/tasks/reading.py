@@ -265,13 +265,34 @@ def resolve_data_dir(flag: str | None) -> Path:
     raise DataError(f"no data directory: pass --data-dir or set ${DATA_DIR_ENV} (../shared/data does not exist)")
 
 
-def check_files(task: TaskDef, splits: Sequence[str], data_dir: Path) -> None:
-    """Fail early if a split is undefined or its file is missing (no parsing).
+def _source_file(task: TaskDef, split: str, data_dir: Path) -> Path | None:
+    """The file a split's rows come from (a carve's or fold's source split's file); None for hub splits.
 
     Raises:
-        DataError: naming the task, split and expected path.
+        DataError: the file is missing (:func:`_file_path`).
+    """
+    spec = task.splits[split]
+    if spec.hub is not None:
+        return None
+    if spec.carve is not None or spec.folds is not None:
+        return _source_file(task, (spec.carve or spec.folds).from_split, data_dir)
+    return _file_path(task, split, data_dir)
+
+
+def check_files(task: TaskDef, splits: Sequence[str], data_dir: Path) -> None:
+    """Fail early if a split is undefined or its file is missing or unreadable (no parsing, no hashing: the
+    files' digests are taken once, when the run records its data fingerprints).
+
+    Raises:
+        DataError: naming the task, split and expected path, or the file that cannot be read.
     """
     for split in splits:
         if split not in task.splits:
             raise DataError(f"task '{task.name}' has no split '{split}' (splits: {', '.join(task.splits)})")
-        _source_digest(task, split, data_dir)
+        path = _source_file(task, split, data_dir)
+        if path is not None:
+            try:
+                with path.open("rb") as f:
+                    f.read(1)
+            except OSError as err:
+                raise DataError(f"{path}: cannot read ({err.strerror})") from None
